@@ -1,0 +1,150 @@
+//! Metering ports: what the engine reports (usage events) and what it asks (quota allowance).
+//!
+//! The engine meters; the service decides where events are kept and how plans turn into
+//! allowances. Amounts are integers in the smallest unit billed so aggregation never rounds:
+//! tokens for chat, milliseconds of audio for transcription.
+
+use serde::{Deserialize, Serialize};
+
+/// What a usage amount counts, and so which quota pool it draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageKind {
+    /// LLM tokens (prompt + completion), the chat pool.
+    Tokens,
+    /// Milliseconds of audio, the transcription pool shared by file and live audio.
+    AudioMs,
+}
+
+impl UsageKind {
+    /// Every kind, in a fixed order (used for reports).
+    pub const ALL: [UsageKind; 2] = [UsageKind::Tokens, UsageKind::AudioMs];
+
+    /// A one-byte tag used in storage keys.
+    pub fn tag(self) -> u8 {
+        match self {
+            UsageKind::Tokens => b't',
+            UsageKind::AudioMs => b'a',
+        }
+    }
+
+    /// The inverse of [`UsageKind::tag`].
+    pub fn from_tag(tag: u8) -> Option<Self> {
+        match tag {
+            b't' => Some(UsageKind::Tokens),
+            b'a' => Some(UsageKind::AudioMs),
+            _ => None,
+        }
+    }
+}
+
+/// Which surface produced a usage event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// `POST /api/llm/chat/completions`.
+    Chat,
+    /// `WSS /api/llm/chat/realtime`.
+    Realtime,
+    /// `POST /api/transcribe`.
+    Transcribe,
+    /// `WSS /api/callstream/ws`.
+    Callstream,
+}
+
+/// One billable fact, appended to the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageEvent {
+    /// The organisation billed.
+    pub org_id: String,
+    /// The API key or connector client id that was used.
+    pub key_id: String,
+    /// Opaque end-user id given by the caller, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
+    /// What `amount` counts.
+    pub kind: UsageKind,
+    /// Tokens, or milliseconds of audio.
+    pub amount: u64,
+    /// The surface that produced it.
+    pub source: UsageSource,
+    /// When it happened, Unix time in milliseconds.
+    pub at_ms: i64,
+}
+
+/// How much of a pool an organisation may still use in the current period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Allowance {
+    /// The plan sets no quota for this pool.
+    Unlimited,
+    /// This much is left; zero means the quota is exhausted.
+    Remaining(u64),
+}
+
+impl Allowance {
+    /// True when nothing more may be used.
+    pub fn is_exhausted(self) -> bool {
+        self == Allowance::Remaining(0)
+    }
+}
+
+/// Errors of the metering ports.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    /// The organisation is not known to the store.
+    #[error("unknown organisation {0}")]
+    UnknownOrg(String),
+    /// The organisation's plan is not in the configuration.
+    #[error("plan {0:?} is not configured")]
+    UnknownPlan(String),
+    /// The backing store failed; nothing was recorded.
+    #[error("usage store failed: {0}")]
+    Store(String),
+}
+
+/// Where usage events go. `record` returns only once the event is durable.
+pub trait UsageSink: Send + Sync {
+    /// Appends one event to the ledger, durably.
+    fn record(&self, event: &UsageEvent) -> Result<(), UsageError>;
+}
+
+/// Answers quota questions for an organisation.
+pub trait QuotaGate: Send + Sync {
+    /// What is left of `kind`'s pool for `org_id` in the period containing `at_ms`.
+    fn allowance(&self, org_id: &str, kind: UsageKind, at_ms: i64)
+        -> Result<Allowance, UsageError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_tags_round_trip() {
+        for kind in UsageKind::ALL {
+            assert_eq!(UsageKind::from_tag(kind.tag()), Some(kind));
+        }
+        assert_eq!(UsageKind::from_tag(b'x'), None);
+    }
+
+    #[test]
+    fn event_json_is_stable() {
+        let event = UsageEvent {
+            org_id: "org_1".into(),
+            key_id: "key_1".into(),
+            end_user: None,
+            kind: UsageKind::AudioMs,
+            amount: 1500,
+            source: UsageSource::Callstream,
+            at_ms: 1_700_000_000_000,
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"org_id":"org_1","key_id":"key_1","kind":"audio_ms","amount":1500,
+                "source":"callstream","at_ms":1_700_000_000_000i64})
+        );
+        assert_eq!(serde_json::from_value::<UsageEvent>(json).unwrap(), event);
+    }
+}

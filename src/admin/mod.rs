@@ -1,0 +1,436 @@
+//! Administration of organisations, API keys and connectors: one set of operations, reached
+//! either directly on the data directory or, while a server holds the database, through the
+//! server's admin socket (see [`socket`]). The CLI and, later, the dashboard use them.
+
+pub mod socket;
+
+use std::sync::Arc;
+
+use callstream_actors::usage::UsageError;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::keys;
+use crate::clock;
+use crate::config::Config;
+use crate::store::{new_id, ApiKey, Connector, Org, Store, StoreError};
+use crate::usage::{Quotas, UsageReport};
+
+/// One administrative operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AdminRequest {
+    /// Create an organisation on a plan (the default plan when `None`).
+    OrgCreate {
+        /// Display name.
+        name: String,
+        /// Plan name.
+        plan: Option<String>,
+    },
+    /// List organisations.
+    OrgList,
+    /// Delete an organisation: its keys then answer 404.
+    OrgDelete {
+        /// Organisation id.
+        org: String,
+    },
+    /// Create an API key; the response holds its secret, once.
+    KeyCreate {
+        /// Organisation id.
+        org: String,
+        /// Free text.
+        name: Option<String>,
+    },
+    /// List an organisation's keys.
+    KeyList {
+        /// Organisation id.
+        org: String,
+    },
+    /// Revoke a key.
+    KeyRevoke {
+        /// Key id.
+        key: String,
+    },
+    /// Create a connector; the response holds its client secret, once.
+    ConnectorCreate {
+        /// Organisation id.
+        org: String,
+        /// Free text.
+        name: Option<String>,
+    },
+    /// List an organisation's connectors.
+    ConnectorList {
+        /// Organisation id.
+        org: String,
+    },
+    /// Replace a connector's client secret; the response holds the new one, once.
+    ConnectorRotate {
+        /// Client id.
+        client_id: String,
+    },
+    /// Revoke a connector.
+    ConnectorRevoke {
+        /// Client id.
+        client_id: String,
+    },
+    /// This month's usage of an organisation.
+    Usage {
+        /// Organisation id.
+        org: String,
+    },
+}
+
+/// An organisation as shown to administrators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrgView {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Plan name.
+    pub plan: String,
+    /// Deleted flag.
+    pub deleted: bool,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Whether a system prompt is set.
+    pub has_system_prompt: bool,
+    /// MCP server URL, if any (its headers are never shown).
+    pub mcp_url: Option<String>,
+}
+
+/// An API key as shown to administrators: never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    /// Id.
+    pub id: String,
+    /// Organisation id.
+    pub org_id: String,
+    /// Free text.
+    pub name: Option<String>,
+    /// Last four characters of the secret.
+    pub last4: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339, once revoked.
+    pub revoked_at: Option<String>,
+}
+
+/// A connector as shown to administrators: never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectorView {
+    /// Client id, the connector's API key.
+    pub client_id: String,
+    /// Organisation id.
+    pub org_id: String,
+    /// Free text.
+    pub name: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339 of the last secret rotation.
+    pub rotated_at: Option<String>,
+    /// RFC 3339, once revoked.
+    pub revoked_at: Option<String>,
+}
+
+/// The result of an [`AdminRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum AdminResponse {
+    /// One organisation.
+    Org(OrgView),
+    /// Organisations.
+    Orgs {
+        /// Oldest first.
+        orgs: Vec<OrgView>,
+    },
+    /// A new key and its secret, shown this once.
+    KeyCreated {
+        /// The key.
+        key: KeyView,
+        /// The full secret.
+        secret: String,
+    },
+    /// One key.
+    Key(KeyView),
+    /// Keys.
+    Keys {
+        /// Oldest first.
+        keys: Vec<KeyView>,
+    },
+    /// A connector with a client secret shown this once (creation or rotation).
+    ConnectorSecret {
+        /// The connector.
+        connector: ConnectorView,
+        /// Base64 client secret.
+        client_secret: String,
+        /// The fixed AudioHook URL to configure in the platform.
+        websocket_url: String,
+    },
+    /// One connector.
+    Connector(ConnectorView),
+    /// Connectors.
+    Connectors {
+        /// Oldest first.
+        connectors: Vec<ConnectorView>,
+        /// The fixed AudioHook URL.
+        websocket_url: String,
+    },
+    /// Usage report.
+    Usage(Box<UsageReport>),
+}
+
+/// Why an administrative operation failed.
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "code", content = "message", rename_all = "snake_case")]
+pub enum AdminError {
+    /// No record with that id.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request cannot be carried out as asked.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed.
+    #[error("{0}")]
+    Store(String),
+    /// The admin socket could not be used.
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl From<StoreError> for AdminError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { .. } => AdminError::NotFound(e.to_string()),
+            StoreError::Exists { .. } => AdminError::Invalid(e.to_string()),
+            other => AdminError::Store(other.to_string()),
+        }
+    }
+}
+
+/// Carries out administrative operations on a store.
+#[derive(Clone)]
+pub struct Admin {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+}
+
+fn org_view(o: &Org) -> OrgView {
+    OrgView {
+        id: o.id.clone(),
+        name: o.name.clone(),
+        plan: o.plan.clone(),
+        deleted: o.deleted,
+        created_at: clock::rfc3339(o.created_at_ms),
+        has_system_prompt: o.system_prompt.as_deref().is_some_and(|p| !p.is_empty()),
+        mcp_url: o.mcp.as_ref().map(|m| m.url.clone()),
+    }
+}
+
+fn key_view(k: &ApiKey) -> KeyView {
+    KeyView {
+        id: k.id.clone(),
+        org_id: k.org_id.clone(),
+        name: k.name.clone(),
+        last4: k.last4.clone(),
+        created_at: clock::rfc3339(k.created_at_ms),
+        revoked_at: k.revoked_at_ms.map(clock::rfc3339),
+    }
+}
+
+fn connector_view(c: &Connector) -> ConnectorView {
+    ConnectorView {
+        client_id: c.client_id.clone(),
+        org_id: c.org_id.clone(),
+        name: c.name.clone(),
+        created_at: clock::rfc3339(c.created_at_ms),
+        rotated_at: c.rotated_at_ms.map(clock::rfc3339),
+        revoked_at: c.revoked_at_ms.map(clock::rfc3339),
+    }
+}
+
+impl Admin {
+    /// Operations on `store` with the plans and public URL of `config`.
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
+        Self { config, store }
+    }
+
+    fn ws_url(&self) -> String {
+        self.config
+            .callstream_ws_url()
+            .expect("the configuration was validated when loaded")
+    }
+
+    /// An organisation that exists; `live` also requires it not deleted.
+    fn org(&self, id: &str, live: bool) -> Result<Org, AdminError> {
+        let org = self
+            .store
+            .org(id)?
+            .ok_or_else(|| AdminError::NotFound(format!("no organisation with id {id}")))?;
+        if live && org.deleted {
+            return Err(AdminError::Invalid(format!("organisation {id} is deleted")));
+        }
+        Ok(org)
+    }
+
+    /// Carries out one operation.
+    pub fn execute(&self, request: AdminRequest) -> Result<AdminResponse, AdminError> {
+        let now = clock::now_ms();
+        match request {
+            AdminRequest::OrgCreate { name, plan } => {
+                let name = name.trim().to_owned();
+                if name.is_empty() {
+                    return Err(AdminError::Invalid("organisation name is empty".into()));
+                }
+                let plan = plan.unwrap_or_else(|| self.config.limits.default_plan.clone());
+                if self.config.plan(&plan).is_none() {
+                    let known: Vec<&str> = self.config.plans.keys().map(String::as_str).collect();
+                    return Err(AdminError::Invalid(format!(
+                        "unknown plan {plan:?}; configured plans: {}",
+                        known.join(", ")
+                    )));
+                }
+                let org = Org {
+                    id: new_id("org_", 10),
+                    name,
+                    system_prompt: None,
+                    mcp: None,
+                    plan,
+                    deleted: false,
+                    created_at_ms: now,
+                };
+                self.store.insert_org(&org)?;
+                Ok(AdminResponse::Org(org_view(&org)))
+            }
+            AdminRequest::OrgList => Ok(AdminResponse::Orgs {
+                orgs: self.store.orgs()?.iter().map(org_view).collect(),
+            }),
+            AdminRequest::OrgDelete { org } => {
+                let mut org = self.org(&org, false)?;
+                if !org.deleted {
+                    org.deleted = true;
+                    self.store.update_org(&org)?;
+                }
+                Ok(AdminResponse::Org(org_view(&org)))
+            }
+            AdminRequest::KeyCreate { org, name } => {
+                let org = self.org(&org, true)?;
+                let secret = keys::new_api_key_secret();
+                let key = ApiKey {
+                    id: new_id("key_", 10),
+                    org_id: org.id,
+                    name,
+                    hash: keys::hex(&keys::hash_secret(&secret)),
+                    last4: keys::last4(&secret),
+                    created_at_ms: now,
+                    revoked_at_ms: None,
+                };
+                self.store.insert_api_key(&key)?;
+                Ok(AdminResponse::KeyCreated {
+                    key: key_view(&key),
+                    secret,
+                })
+            }
+            AdminRequest::KeyList { org } => {
+                let org = self.org(&org, false)?;
+                Ok(AdminResponse::Keys {
+                    keys: self.store.api_keys(&org.id)?.iter().map(key_view).collect(),
+                })
+            }
+            AdminRequest::KeyRevoke { key } => Ok(AdminResponse::Key(key_view(
+                &self.store.revoke_api_key(&key, now)?,
+            ))),
+            AdminRequest::ConnectorCreate { org, name } => {
+                let org = self.org(&org, true)?;
+                let (secret, text) = keys::new_client_secret();
+                let connector = Connector {
+                    client_id: new_id("cc_", 16),
+                    org_id: org.id,
+                    name,
+                    created_at_ms: now,
+                    rotated_at_ms: None,
+                    revoked_at_ms: None,
+                };
+                self.store.insert_connector(&connector, &secret)?;
+                Ok(AdminResponse::ConnectorSecret {
+                    connector: connector_view(&connector),
+                    client_secret: text,
+                    websocket_url: self.ws_url(),
+                })
+            }
+            AdminRequest::ConnectorList { org } => {
+                let org = self.org(&org, false)?;
+                Ok(AdminResponse::Connectors {
+                    connectors: self
+                        .store
+                        .connectors(&org.id)?
+                        .iter()
+                        .map(connector_view)
+                        .collect(),
+                    websocket_url: self.ws_url(),
+                })
+            }
+            AdminRequest::ConnectorRotate { client_id } => {
+                let (current, _) = self.store.connector(&client_id)?.ok_or_else(|| {
+                    AdminError::NotFound(format!("no connector with client id {client_id}"))
+                })?;
+                if current.revoked_at_ms.is_some() {
+                    return Err(AdminError::Invalid(format!(
+                        "connector {client_id} is revoked; create a new one"
+                    )));
+                }
+                let (secret, text) = keys::new_client_secret();
+                let connector = self.store.rotate_connector(&client_id, &secret, now)?;
+                Ok(AdminResponse::ConnectorSecret {
+                    connector: connector_view(&connector),
+                    client_secret: text,
+                    websocket_url: self.ws_url(),
+                })
+            }
+            AdminRequest::ConnectorRevoke { client_id } => Ok(AdminResponse::Connector(
+                connector_view(&self.store.revoke_connector(&client_id, now)?),
+            )),
+            AdminRequest::Usage { org } => {
+                let org = self.org(&org, false)?;
+                let report: UsageReport = Quotas::new(self.config.clone(), self.store.clone())
+                    .report(&org.id, now)
+                    .map_err(|e| match e {
+                        UsageError::UnknownOrg(id) => {
+                            AdminError::NotFound(format!("no organisation with id {id}"))
+                        }
+                        other => AdminError::Store(other.to_string()),
+                    })?;
+                Ok(AdminResponse::Usage(Box::new(report)))
+            }
+        }
+    }
+}
+
+/// How the CLI reaches a data directory: directly, or through the server that holds it.
+pub enum AdminClient {
+    /// The database was free and is open in this process.
+    Direct(Admin),
+    /// A server holds the database; requests go through its admin socket.
+    Socket(std::path::PathBuf),
+}
+
+impl AdminClient {
+    /// Opens the data directory of `config`, or finds the server that holds it.
+    pub fn connect(config: Arc<Config>) -> Result<Self, AdminError> {
+        let data_dir = config.storage.data_dir.clone();
+        match crate::app::open_store(&config) {
+            Ok(store) => Ok(AdminClient::Direct(Admin::new(config, store))),
+            Err(crate::app::OpenError::Store(StoreError::Locked(_))) => {
+                Ok(AdminClient::Socket(socket::socket_path(&data_dir)))
+            }
+            Err(e) => Err(AdminError::Store(e.to_string())),
+        }
+    }
+
+    /// Carries out one operation.
+    pub fn execute(&self, request: AdminRequest) -> Result<AdminResponse, AdminError> {
+        match self {
+            AdminClient::Direct(admin) => admin.execute(request),
+            AdminClient::Socket(path) => socket::call(path, &request),
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The service's shared state, built once at start and cloned into every route.
+
+use std::sync::Arc;
+
+use callstream_actors::asr::{model_languages, Language, ModelError};
+
+use crate::admin::Admin;
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::store::crypto::KeyError;
+use crate::store::{SecretBox, SledStore, Store, StoreError};
+
+/// Everything a request handler may need.
+#[derive(Clone)]
+pub struct App {
+    /// The configuration it was built from.
+    pub config: Arc<Config>,
+    /// Persistent state.
+    pub store: Arc<dyn Store>,
+    /// Keys, rate limits, quotas.
+    pub auth: Arc<Authenticator>,
+    /// Languages of the loaded speech model.
+    pub languages: Arc<Vec<Language>>,
+    /// Administrative operations.
+    pub admin: Admin,
+}
+
+/// Why the service could not be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {0}: {1}")]
+    DataDir(String, std::io::Error),
+    /// The encryption key is unusable.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The database could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The speech model is missing or unreadable.
+    #[error("speech model: {0} (scripts/setup.sh installs it)")]
+    Model(#[from] ModelError),
+}
+
+/// Opens the store of `config`'s data directory, creating it on first use.
+pub fn open_store(config: &Config) -> Result<Arc<dyn Store>, OpenError> {
+    let dir = &config.storage.data_dir;
+    std::fs::create_dir_all(dir).map_err(|e| OpenError::DataDir(dir.display().to_string(), e))?;
+    let secrets = SecretBox::from_config(&config.storage.secret_key, dir)?;
+    Ok(Arc::new(SledStore::open(dir, secrets)?))
+}
+
+impl App {
+    /// Opens the store and reads the speech model's languages.
+    pub fn open(config: Config) -> Result<Self, OpenError> {
+        let config = Arc::new(config);
+        let languages = model_languages(&config.models.whisper)?;
+        let store = open_store(&config)?;
+        Ok(Self {
+            auth: Arc::new(Authenticator::new(config.clone(), store.clone())),
+            admin: Admin::new(config.clone(), store.clone()),
+            languages: Arc::new(languages),
+            store,
+            config,
+        })
+    }
+}

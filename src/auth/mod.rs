@@ -1,0 +1,154 @@
+//! Who is calling, and may they: API key resolution, per-key rate limits and quota gates.
+//!
+//! These checks are independent of the transport: the REST filters and the realtime chat
+//! session (once per turn) call the same functions, so the RPM budget of a key is one budget.
+
+pub mod keys;
+pub mod ratelimit;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use callstream_actors::usage::{QuotaGate, UsageError, UsageKind};
+
+use crate::config::{Config, Plan};
+use crate::store::{ApiKey, Org, Store, StoreError};
+use crate::usage::Quotas;
+use ratelimit::RateLimiter;
+
+/// An authenticated caller: the key, its organisation and the organisation's plan.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The organisation, not deleted.
+    pub org: Org,
+    /// The key used, not revoked.
+    pub key: ApiKey,
+    /// The organisation's plan.
+    pub plan: Plan,
+}
+
+/// Why a request is refused before it does any work.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No `X-API-Key` header.
+    #[error("missing X-API-Key header")]
+    MissingKey,
+    /// The key is unknown or revoked.
+    #[error("invalid or revoked API key")]
+    InvalidKey,
+    /// The key's organisation has been deleted.
+    #[error("the organisation of this API key no longer exists")]
+    OrgDeleted,
+    /// The key used up its requests-per-minute budget.
+    #[error("rate limit of {rpm} requests per minute exceeded for this API key")]
+    RateLimited {
+        /// The plan's limit.
+        rpm: u32,
+        /// How long until a request would be allowed.
+        retry_after: Duration,
+    },
+    /// The organisation's monthly quota of this pool is used up.
+    #[error("monthly {} quota exhausted for this plan", pool_name(*.0))]
+    QuotaExhausted(UsageKind),
+    /// The organisation's plan is not in the configuration.
+    #[error("plan {0:?} of this organisation is not configured")]
+    PlanMissing(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<UsageError> for AuthError {
+    fn from(e: UsageError) -> Self {
+        match e {
+            UsageError::UnknownPlan(plan) => AuthError::PlanMissing(plan),
+            UsageError::UnknownOrg(_) => AuthError::OrgDeleted,
+            UsageError::Store(message) => AuthError::Store(StoreError::Backend(message)),
+        }
+    }
+}
+
+/// Human name of a quota pool.
+pub fn pool_name(kind: UsageKind) -> &'static str {
+    match kind {
+        UsageKind::Tokens => "chat-token",
+        UsageKind::AudioMs => "transcription-minute",
+    }
+}
+
+/// Resolves keys and applies limits.
+pub struct Authenticator {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    quotas: Quotas,
+    limiter: RateLimiter,
+}
+
+impl Authenticator {
+    /// An authenticator over `store` with the plans of `config`.
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
+        Self {
+            quotas: Quotas::new(config.clone(), store.clone()),
+            config,
+            store,
+            limiter: RateLimiter::default(),
+        }
+    }
+
+    /// Resolves an API key secret to its caller: unknown or revoked keys are
+    /// [`AuthError::InvalidKey`], keys of a deleted organisation [`AuthError::OrgDeleted`].
+    pub fn authenticate(&self, secret: Option<&str>) -> Result<Caller, AuthError> {
+        let secret = secret
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or(AuthError::MissingKey)?;
+        let key = self
+            .store
+            .api_key_by_hash(&keys::hash_secret(secret))?
+            .filter(|k| k.revoked_at_ms.is_none())
+            .ok_or(AuthError::InvalidKey)?;
+        let org = self
+            .store
+            .org(&key.org_id)?
+            .filter(|o| !o.deleted)
+            .ok_or(AuthError::OrgDeleted)?;
+        let plan = self
+            .config
+            .plan(&org.plan)
+            .cloned()
+            .ok_or_else(|| AuthError::PlanMissing(org.plan.clone()))?;
+        Ok(Caller { org, key, plan })
+    }
+
+    /// Counts one request against the caller's key budget.
+    pub fn check_rate(&self, caller: &Caller, now: Instant) -> Result<(), AuthError> {
+        self.limiter
+            .check(&caller.key.id, caller.plan.rpm, now)
+            .map_err(|retry_after| AuthError::RateLimited {
+                rpm: caller.plan.rpm,
+                retry_after,
+            })
+    }
+
+    /// Refuses when the caller's organisation has nothing left of `kind`'s pool.
+    pub fn check_quota(
+        &self,
+        caller: &Caller,
+        kind: UsageKind,
+        now_ms: i64,
+    ) -> Result<(), AuthError> {
+        if self
+            .quotas
+            .allowance(&caller.org.id, kind, now_ms)?
+            .is_exhausted()
+        {
+            return Err(AuthError::QuotaExhausted(kind));
+        }
+        Ok(())
+    }
+
+    /// The quota view used by this authenticator.
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
+    }
+}

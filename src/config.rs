@@ -1,0 +1,322 @@
+//! Typed configuration: the shipped `config.toml` (embedded in the binary), an optional file laid
+//! over it, then `CALLSTREAM_*` environment variables laid over both.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The shipped defaults; a new user runs with exactly these.
+pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
+
+/// Prefix of environment variables that override configuration values.
+pub const ENV_PREFIX: &str = "CALLSTREAM_";
+
+/// Environment variables with the prefix that are not configuration paths.
+const ENV_NOT_PATHS: &[&str] = &["CALLSTREAM_CONFIG"];
+
+/// Path of the live-call endpoint; the same for every organisation.
+pub const CALLSTREAM_WS_PATH: &str = "/api/callstream/ws";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listener and public address.
+    pub server: ServerConfig,
+    /// Data directory and encryption key.
+    pub storage: StorageConfig,
+    /// Model files.
+    pub models: ModelsConfig,
+    /// Service-wide limits.
+    pub limits: LimitsConfig,
+    /// Plans by name.
+    pub plans: BTreeMap<String, Plan>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the server binds.
+    pub listen: SocketAddr,
+    /// The service's address as clients see it, `http(s)://host[:port]`.
+    pub public_url: String,
+}
+
+/// `[storage]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Directory of the sled database, the generated key and the admin socket.
+    pub data_dir: PathBuf,
+    /// Base64 of the 32-byte key that encrypts connector secrets; empty to use a generated one.
+    pub secret_key: String,
+}
+
+/// `[models]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsConfig {
+    /// CTranslate2 Whisper model directory.
+    pub whisper: PathBuf,
+    /// GGUF file of the embedded LLM.
+    pub llm: PathBuf,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Plan of organisations created without one.
+    pub default_plan: String,
+}
+
+/// A plan: request rate per key and monthly quotas per organisation.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Requests per minute per API key, shared by every route of the key.
+    pub rpm: u32,
+    /// Chat tokens per calendar month; `None` is unlimited.
+    #[serde(default)]
+    pub chat_tokens_per_month: Option<u64>,
+    /// Audio-minutes per calendar month, file and live together; `None` is unlimited.
+    #[serde(default)]
+    pub audio_minutes_per_month: Option<u64>,
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file or the merged result is not valid TOML for the schema.
+    #[error("invalid configuration ({origin}): {message}")]
+    Invalid {
+        /// Which layer: the defaults, a file, or the environment.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads the defaults, then `file` if given, then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// As [`Config::load`], with the environment given explicitly.
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut merged = parse_table(DEFAULT_CONFIG, "built-in defaults")?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            let layer = parse_table(&text, &path.display().to_string())?;
+            merge(&mut merged, layer);
+        }
+        apply_env(&mut merged, env);
+        let config: Config =
+            toml::Value::Table(merged)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                    origin: "merged configuration".into(),
+                    message: e.message().to_owned(),
+                })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            origin: "merged configuration".into(),
+            message,
+        };
+        if !self.plans.contains_key(&self.limits.default_plan) {
+            return Err(invalid(format!(
+                "limits.default_plan {:?} is not one of the plans",
+                self.limits.default_plan
+            )));
+        }
+        if let Some((name, _)) = self.plans.iter().find(|(_, p)| p.rpm == 0) {
+            return Err(invalid(format!("plans.{name}.rpm must be at least 1")));
+        }
+        self.callstream_ws_url().map_err(invalid)?;
+        Ok(())
+    }
+
+    /// The fixed AudioHook WebSocket URL shown for every connector.
+    pub fn callstream_ws_url(&self) -> Result<String, String> {
+        let url = self.server.public_url.trim_end_matches('/');
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            format!("server.public_url {url:?} must start with http:// or https://")
+        })?;
+        let ws = match scheme {
+            "https" => "wss",
+            "http" => "ws",
+            _ => return Err(format!("server.public_url {url:?} must be http or https")),
+        };
+        if rest.is_empty() || rest.contains('/') {
+            return Err(format!(
+                "server.public_url {url:?} must be a scheme and host only"
+            ));
+        }
+        Ok(format!("{ws}://{rest}{CALLSTREAM_WS_PATH}"))
+    }
+
+    /// The plan named `name`.
+    pub fn plan(&self, name: &str) -> Option<&Plan> {
+        self.plans.get(name)
+    }
+}
+
+fn parse_table(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            message: e.message().to_owned(),
+        })
+}
+
+/// Lays `over` onto `base`: tables merge key by key, anything else replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Applies `CALLSTREAM_A__B=value` as `a.b = value`. Where the default at that path is a
+/// string the value is taken as it is; elsewhere it is read as a TOML value (number, boolean,
+/// array) and taken as a string when it is not one.
+fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, String)>) {
+    for (name, raw) in env {
+        let Some(path) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if ENV_NOT_PATHS.contains(&name.as_str()) || path.is_empty() {
+            continue;
+        }
+        let keys: Vec<String> = path.split("__").map(str::to_lowercase).collect();
+        let (last, parents) = keys.split_last().expect("split yields at least one item");
+        let mut node = &mut *table;
+        for key in parents {
+            let entry = node
+                .entry(key.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            node = entry.as_table_mut().expect("made a table just above");
+        }
+        let value = match node.get(last) {
+            Some(toml::Value::String(_)) => toml::Value::String(raw),
+            _ => format!("v = {raw}")
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or(toml::Value::String(raw)),
+        };
+        node.insert(last.clone(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn shipped_defaults_load() {
+        let config = Config::load_with_env(None, env(&[])).unwrap();
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.limits.default_plan, "free");
+        assert_eq!(
+            config.plan("free").unwrap().audio_minutes_per_month,
+            Some(60)
+        );
+        assert_eq!(
+            config.plan("enterprise").unwrap().chat_tokens_per_month,
+            None
+        );
+        assert_eq!(
+            config.callstream_ws_url().unwrap(),
+            "wss://localhost:8080/api/callstream/ws"
+        );
+    }
+
+    #[test]
+    fn environment_overrides_by_path_and_type() {
+        let config = Config::load_with_env(
+            None,
+            env(&[
+                ("CALLSTREAM_SERVER__LISTEN", "0.0.0.0:9000"),
+                ("CALLSTREAM_PLANS__FREE__RPM", "7"),
+                ("CALLSTREAM_STORAGE__SECRET_KEY", "123"),
+                ("CALLSTREAM_PLANS__GOLD__RPM", "9"),
+                ("CALLSTREAM_CONFIG", "/not/a/path"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(config.plan("free").unwrap().rpm, 7);
+        assert_eq!(config.storage.secret_key, "123");
+        assert_eq!(config.plan("gold").unwrap().rpm, 9);
+    }
+
+    #[test]
+    fn file_layers_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[server]\npublic_url = \"http://calls.example.com\"\n[plans.free]\nrpm = 3\n",
+        )
+        .unwrap();
+        let config = Config::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(
+            config.callstream_ws_url().unwrap(),
+            "ws://calls.example.com/api/callstream/ws"
+        );
+        let free = config.plan("free").unwrap();
+        assert_eq!((free.rpm, free.chat_tokens_per_month), (3, Some(100_000)));
+    }
+
+    #[test]
+    fn mistakes_are_reported() {
+        let bad_key = Config::load_with_env(None, env(&[("CALLSTREAM_SERVER__LISEN", "x")]));
+        assert!(bad_key.unwrap_err().to_string().contains("lisen"));
+        let bad_plan =
+            Config::load_with_env(None, env(&[("CALLSTREAM_LIMITS__DEFAULT_PLAN", "x")]));
+        assert!(bad_plan.unwrap_err().to_string().contains("default_plan"));
+        let bad_url =
+            Config::load_with_env(None, env(&[("CALLSTREAM_SERVER__PUBLIC_URL", "ftp://a")]));
+        assert!(bad_url.is_err());
+        let missing = Config::load_with_env(Some(Path::new("/nonexistent.toml")), env(&[]));
+        assert!(matches!(missing, Err(ConfigError::Read { .. })));
+    }
+}

@@ -1,0 +1,26 @@
+//! `GET /api/languages`: the language codes the loaded speech model accepts, no authentication.
+//!
+//! Response: `{"languages": [{"code": "en", "name": "English"}]}`.
+
+use serde::Serialize;
+use warp::{Filter, Rejection, Reply};
+
+use callstream_actors::asr::Language;
+
+use crate::app::App;
+
+#[derive(Serialize)]
+struct Languages<'a> {
+    languages: &'a [Language],
+}
+
+/// `GET /api/languages`.
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
+    warp::path!("api" / "languages")
+        .and(warp::get())
+        .map(move || {
+            warp::reply::json(&Languages {
+                languages: &app.languages,
+            })
+        })
+}

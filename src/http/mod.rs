@@ -1,0 +1,23 @@
+//! The HTTP and WebSocket edge: warp filters, one file per route family, and
+//! [`errors`], the one place that maps errors to statuses and close codes.
+
+pub mod account;
+pub mod errors;
+pub mod filters;
+pub mod health;
+pub mod languages;
+
+use std::convert::Infallible;
+
+use warp::{Filter, Reply};
+
+use crate::app::App;
+
+/// Every route of the service, with errors recovered into JSON bodies.
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Infallible> + Clone {
+    health::routes()
+        .or(languages::routes(app.clone()))
+        .or(account::routes(app))
+        .recover(errors::recover)
+        .with(warp::log("callstream::http"))
+}

@@ -1,0 +1,16 @@
+//! callstream: a contact-center service. Chat completions (REST and realtime), file
+//! transcription with intent and sales-qualification analysis, and live call transcription
+//! over Genesys AudioHook v2, all authenticated by organisation API keys and metered.
+//!
+//! This crate is the service edge and its adapters; the real-time media engine is the
+//! `callstream-actors` crate.
+
+pub mod admin;
+pub mod app;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod server;
+pub mod store;
+pub mod usage;

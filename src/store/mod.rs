@@ -1,0 +1,202 @@
+//! Persistent state: organisations, API keys, connectors and the usage ledger, behind the
+//! [`Store`] trait so that another backend (PostgreSQL, for several nodes) can replace sled.
+//!
+//! Secrets never reach a store in plain text: API keys arrive as SHA-256 hashes, and connector
+//! client secrets and MCP headers are sealed with [`crypto::SecretBox`] before they are written.
+//! Usage events are appended to a ledger; per-day totals are kept beside it in the same
+//! transaction, so quota questions are answered without scanning the ledger.
+
+pub mod crypto;
+pub mod sled;
+
+use std::collections::BTreeMap;
+
+use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+
+pub use self::sled::SledStore;
+pub use crypto::SecretBox;
+
+/// An organisation: the tenant that owns keys, connectors, a plan and usage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Org {
+    /// `org_` followed by 20 hex digits.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Applied before every chat conversation of the organisation.
+    pub system_prompt: Option<String>,
+    /// MCP server whose tools are offered to the model.
+    pub mcp: Option<McpIntegration>,
+    /// Name of a plan in the configuration.
+    pub plan: String,
+    /// Deleted organisations keep their records; their keys answer 404.
+    pub deleted: bool,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// An MCP server reached over Streamable HTTP. The headers usually carry credentials, so the
+/// store seals them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpIntegration {
+    /// Endpoint URL.
+    pub url: String,
+    /// Headers sent with every request to it.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// An API key. Its secret is not here: only its hash and last four characters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKey {
+    /// `key_` followed by 20 hex digits.
+    pub id: String,
+    /// Owner.
+    pub org_id: String,
+    /// Free text to tell keys apart.
+    pub name: Option<String>,
+    /// Hex SHA-256 of the secret.
+    pub hash: String,
+    /// Last four characters of the secret.
+    pub last4: String,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+    /// Set once revoked; a revoked key authenticates nothing.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// An AudioHook connector: a client id (its API key on the wire) and a client secret that
+/// keys the request signatures. The secret is held sealed and handed out only to verify.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connector {
+    /// `cc_` followed by 32 hex digits; sent by the platform as `X-API-Key`.
+    pub client_id: String,
+    /// Owner.
+    pub org_id: String,
+    /// Free text to tell connectors apart.
+    pub name: Option<String>,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+    /// When the secret was last replaced, if ever.
+    pub rotated_at_ms: Option<i64>,
+    /// Set once revoked.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// Usage of one kind by one organisation on one UTC day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayUsage {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// What `amount` counts.
+    pub kind: UsageKind,
+    /// Tokens or audio milliseconds.
+    pub amount: u64,
+}
+
+/// Errors of a store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed (I/O, corruption, lock).
+    #[error("storage failed: {0}")]
+    Backend(String),
+    /// Another process holds the database open.
+    #[error("the data directory {0} is in use by another process")]
+    Locked(String),
+    /// A record could not be decoded.
+    #[error("stored record {0} is unreadable: {1}")]
+    Corrupt(String, String),
+    /// A sealed secret did not open: the encryption key is not the one it was sealed with.
+    #[error(
+        "a stored secret cannot be decrypted; is storage.secret_key the one it was written with?"
+    )]
+    Decrypt,
+    /// No record with that id.
+    #[error("no {kind} with id {id}")]
+    NotFound {
+        /// Which kind of record.
+        kind: &'static str,
+        /// The id asked for.
+        id: String,
+    },
+    /// A record with that id already exists.
+    #[error("{kind} {id} already exists")]
+    Exists {
+        /// Which kind of record.
+        kind: &'static str,
+        /// The id.
+        id: String,
+    },
+}
+
+impl From<StoreError> for UsageError {
+    fn from(e: StoreError) -> Self {
+        UsageError::Store(e.to_string())
+    }
+}
+
+/// Everything the service keeps. Implementations are shared between threads.
+///
+/// Writes are durable when they return `Ok`: a usage event acknowledged by
+/// [`UsageSink::record`] survives a crash.
+pub trait Store: UsageSink + Send + Sync + 'static {
+    /// Adds an organisation; its id must be new.
+    fn insert_org(&self, org: &Org) -> Result<(), StoreError>;
+    /// Replaces an existing organisation.
+    fn update_org(&self, org: &Org) -> Result<(), StoreError>;
+    /// One organisation, deleted or not.
+    fn org(&self, id: &str) -> Result<Option<Org>, StoreError>;
+    /// All organisations, deleted ones included, oldest first.
+    fn orgs(&self) -> Result<Vec<Org>, StoreError>;
+
+    /// Adds an API key; its id and hash must be new.
+    fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
+    /// Marks a key revoked (idempotent) and returns it.
+    fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError>;
+    /// One key by id.
+    fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError>;
+    /// The key whose secret hashes to `hash`.
+    fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError>;
+    /// An organisation's keys, oldest first.
+    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError>;
+
+    /// Adds a connector with its client secret; the client id must be new.
+    fn insert_connector(&self, connector: &Connector, secret: &[u8]) -> Result<(), StoreError>;
+    /// Replaces a connector's secret and returns the updated connector.
+    fn rotate_connector(
+        &self,
+        client_id: &str,
+        secret: &[u8],
+        at_ms: i64,
+    ) -> Result<Connector, StoreError>;
+    /// Marks a connector revoked (idempotent) and returns it.
+    fn revoke_connector(&self, client_id: &str, at_ms: i64) -> Result<Connector, StoreError>;
+    /// One connector with its opened client secret, for signature verification.
+    fn connector(&self, client_id: &str) -> Result<Option<(Connector, Vec<u8>)>, StoreError>;
+    /// An organisation's connectors, oldest first.
+    fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError>;
+
+    /// Per-day totals of an organisation for days `from..=to` (`YYYY-MM-DD`), in day order.
+    fn usage_by_day(&self, org_id: &str, from: &str, to: &str)
+        -> Result<Vec<DayUsage>, StoreError>;
+    /// Ledger events of an organisation with `from_ms <= at_ms < to_ms`, in time order.
+    fn usage_events(
+        &self,
+        org_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<UsageEvent>, StoreError>;
+}
+
+/// A new random id: `prefix` followed by `2 * bytes` hex digits.
+pub fn new_id(prefix: &str, bytes: usize) -> String {
+    let mut raw = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut raw);
+    let mut id = String::with_capacity(prefix.len() + 2 * bytes);
+    id.push_str(prefix);
+    for b in raw {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}

@@ -1,0 +1,688 @@
+//! The embedded [`Store`] on sled.
+//!
+//! Trees and their keys:
+//! - `orgs`: org id -> JSON [`OrgRecord`] (MCP headers sealed)
+//! - `api_keys`: key id -> JSON [`ApiKey`]; `api_key_hashes`: SHA-256 of the secret -> key id
+//! - `connectors`: client id -> JSON [`ConnectorRecord`] (client secret sealed)
+//! - `ledger`: `org id / at_ms (u64 BE) / sequence (u64 BE)` -> JSON [`UsageEvent`]
+//! - `usage_daily`: `org id / YYYY-MM-DD kind-tag` -> total (u64 BE)
+//!
+//! A ledger append and its daily total change in one transaction and are flushed to disk
+//! before `record` returns, so an acknowledged charge is never lost and the totals never drift
+//! from the ledger.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use base64::Engine as _;
+use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
+use serde::{Deserialize, Serialize};
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+
+use super::{ApiKey, Connector, DayUsage, McpIntegration, Org, SecretBox, Store, StoreError};
+use crate::clock;
+
+/// Directory below the data directory that holds the sled files.
+pub const DB_DIR: &str = "db";
+
+/// [`Store`] on an embedded sled database.
+pub struct SledStore {
+    db: sled::Db,
+    orgs: sled::Tree,
+    api_keys: sled::Tree,
+    api_key_hashes: sled::Tree,
+    connectors: sled::Tree,
+    ledger: sled::Tree,
+    usage_daily: sled::Tree,
+    secrets: SecretBox,
+}
+
+/// An organisation as stored: MCP headers sealed.
+#[derive(Serialize, Deserialize)]
+struct OrgRecord {
+    id: String,
+    name: String,
+    system_prompt: Option<String>,
+    mcp: Option<McpRecord>,
+    plan: String,
+    deleted: bool,
+    created_at_ms: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct McpRecord {
+    url: String,
+    /// Base64 of the sealed JSON header map.
+    headers_sealed: String,
+}
+
+/// A connector as stored: client secret sealed.
+#[derive(Serialize, Deserialize)]
+struct ConnectorRecord {
+    #[serde(flatten)]
+    connector: Connector,
+    /// Base64 of the sealed client secret.
+    secret_sealed: String,
+}
+
+fn backend(e: sled::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn b64() -> &'static base64::engine::GeneralPurpose {
+    &base64::engine::general_purpose::STANDARD
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(what.to_owned(), e.to_string()))
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("store records are plain data and always serialize")
+}
+
+/// `org id /` — the prefix of an organisation's ledger and daily keys.
+fn org_prefix(org_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(org_id.len() + 1);
+    key.extend_from_slice(org_id.as_bytes());
+    key.push(b'/');
+    key
+}
+
+fn ledger_key(org_id: &str, at_ms: i64, seq: u64) -> Vec<u8> {
+    let mut key = org_prefix(org_id);
+    key.extend_from_slice(&(at_ms.max(0) as u64).to_be_bytes());
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn daily_key(org_id: &str, day: &str, kind: UsageKind) -> Vec<u8> {
+    let mut key = org_prefix(org_id);
+    key.extend_from_slice(day.as_bytes());
+    key.push(kind.tag());
+    key
+}
+
+impl SledStore {
+    /// Opens (or creates) the database in `data_dir/db`.
+    pub fn open(data_dir: &Path, secrets: SecretBox) -> Result<Self, StoreError> {
+        let path = data_dir.join(DB_DIR);
+        let db = sled::Config::new()
+            .path(&path)
+            .open()
+            .map_err(|e| match &e {
+                sled::Error::Io(io) if is_lock_error(io) => {
+                    StoreError::Locked(data_dir.display().to_string())
+                }
+                _ => backend(e),
+            })?;
+        let tree = |name: &str| db.open_tree(name).map_err(backend);
+        Ok(Self {
+            orgs: tree("orgs")?,
+            api_keys: tree("api_keys")?,
+            api_key_hashes: tree("api_key_hashes")?,
+            connectors: tree("connectors")?,
+            ledger: tree("ledger")?,
+            usage_daily: tree("usage_daily")?,
+            db,
+            secrets,
+        })
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map(drop).map_err(backend)
+    }
+
+    fn to_record(&self, org: &Org) -> OrgRecord {
+        OrgRecord {
+            id: org.id.clone(),
+            name: org.name.clone(),
+            system_prompt: org.system_prompt.clone(),
+            mcp: org.mcp.as_ref().map(|m| McpRecord {
+                url: m.url.clone(),
+                headers_sealed: b64().encode(self.secrets.seal(&org.id, &encode(&m.headers))),
+            }),
+            plan: org.plan.clone(),
+            deleted: org.deleted,
+            created_at_ms: org.created_at_ms,
+        }
+    }
+
+    fn from_record(&self, rec: OrgRecord) -> Result<Org, StoreError> {
+        let mcp = match rec.mcp {
+            None => None,
+            Some(m) => {
+                let sealed = b64()
+                    .decode(&m.headers_sealed)
+                    .map_err(|_| StoreError::Decrypt)?;
+                let headers: BTreeMap<String, String> =
+                    decode("mcp headers", &self.secrets.open(&rec.id, &sealed)?)?;
+                Some(McpIntegration {
+                    url: m.url,
+                    headers,
+                })
+            }
+        };
+        Ok(Org {
+            id: rec.id,
+            name: rec.name,
+            system_prompt: rec.system_prompt,
+            mcp,
+            plan: rec.plan,
+            deleted: rec.deleted,
+            created_at_ms: rec.created_at_ms,
+        })
+    }
+
+    fn connector_record(&self, client_id: &str) -> Result<Option<ConnectorRecord>, StoreError> {
+        self.connectors
+            .get(client_id)
+            .map_err(backend)?
+            .map(|v| decode("connector", &v))
+            .transpose()
+    }
+
+    /// Replaces a connector record that must exist, then flushes.
+    fn update_connector(
+        &self,
+        client_id: &str,
+        change: impl Fn(&mut ConnectorRecord),
+    ) -> Result<Connector, StoreError> {
+        let mut updated = None;
+        self.connectors
+            .fetch_and_update(client_id, |old| {
+                let mut rec: ConnectorRecord = decode("connector", old?).ok()?;
+                change(&mut rec);
+                let bytes = encode(&rec);
+                updated = Some(rec.connector);
+                Some(bytes)
+            })
+            .map_err(backend)?;
+        let connector = updated.ok_or_else(|| StoreError::NotFound {
+            kind: "connector",
+            id: client_id.to_owned(),
+        })?;
+        self.flush()?;
+        Ok(connector)
+    }
+
+    fn scan<'a, T: for<'de> Deserialize<'de>>(
+        tree: &'a sled::Tree,
+        what: &str,
+    ) -> impl Iterator<Item = Result<T, StoreError>> + 'a {
+        let what = what.to_owned();
+        tree.iter()
+            .values()
+            .map(move |v| decode(&what, &v.map_err(backend)?))
+    }
+}
+
+fn is_lock_error(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("acquire lock")
+}
+
+impl Store for SledStore {
+    fn insert_org(&self, org: &Org) -> Result<(), StoreError> {
+        let swapped = self
+            .orgs
+            .compare_and_swap(
+                &org.id,
+                None as Option<&[u8]>,
+                Some(encode(&self.to_record(org))),
+            )
+            .map_err(backend)?;
+        if swapped.is_err() {
+            return Err(StoreError::Exists {
+                kind: "organisation",
+                id: org.id.clone(),
+            });
+        }
+        self.flush()
+    }
+
+    fn update_org(&self, org: &Org) -> Result<(), StoreError> {
+        if !self.orgs.contains_key(&org.id).map_err(backend)? {
+            return Err(StoreError::NotFound {
+                kind: "organisation",
+                id: org.id.clone(),
+            });
+        }
+        self.orgs
+            .insert(&org.id, encode(&self.to_record(org)))
+            .map_err(backend)?;
+        self.flush()
+    }
+
+    fn org(&self, id: &str) -> Result<Option<Org>, StoreError> {
+        match self.orgs.get(id).map_err(backend)? {
+            Some(v) => Ok(Some(self.from_record(decode("organisation", &v)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn orgs(&self) -> Result<Vec<Org>, StoreError> {
+        let mut orgs = Self::scan::<OrgRecord>(&self.orgs, "organisation")
+            .map(|r| self.from_record(r?))
+            .collect::<Result<Vec<_>, _>>()?;
+        orgs.sort_by_key(|o| o.created_at_ms);
+        Ok(orgs)
+    }
+
+    fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        let hash = hex_to_hash(&key.hash).ok_or_else(|| {
+            StoreError::Corrupt(key.id.clone(), "hash is not 64 hex digits".into())
+        })?;
+        let value = encode(key);
+        let result = (&self.api_keys, &self.api_key_hashes).transaction(|(keys, hashes)| {
+            if keys.get(key.id.as_bytes())?.is_some() || hashes.get(hash)?.is_some() {
+                return Err(ConflictableTransactionError::Abort(()));
+            }
+            keys.insert(key.id.as_bytes(), value.as_slice())?;
+            hashes.insert(&hash[..], key.id.as_bytes())?;
+            Ok(())
+        });
+        match result {
+            Ok(()) => self.flush(),
+            Err(TransactionError::Abort(())) => Err(StoreError::Exists {
+                kind: "API key",
+                id: key.id.clone(),
+            }),
+            Err(TransactionError::Storage(e)) => Err(backend(e)),
+        }
+    }
+
+    fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError> {
+        let mut updated = None;
+        self.api_keys
+            .fetch_and_update(id, |old| {
+                let mut key: ApiKey = decode("API key", old?).ok()?;
+                key.revoked_at_ms.get_or_insert(at_ms);
+                let bytes = encode(&key);
+                updated = Some(key);
+                Some(bytes)
+            })
+            .map_err(backend)?;
+        let key = updated.ok_or_else(|| StoreError::NotFound {
+            kind: "API key",
+            id: id.to_owned(),
+        })?;
+        self.flush()?;
+        Ok(key)
+    }
+
+    fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+        self.api_keys
+            .get(id)
+            .map_err(backend)?
+            .map(|v| decode("API key", &v))
+            .transpose()
+    }
+
+    fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError> {
+        match self.api_key_hashes.get(hash).map_err(backend)? {
+            Some(id) => self.api_key(&String::from_utf8_lossy(&id)),
+            None => Ok(None),
+        }
+    }
+
+    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+        let mut keys = Vec::new();
+        for key in Self::scan::<ApiKey>(&self.api_keys, "API key") {
+            let key = key?;
+            if key.org_id == org_id {
+                keys.push(key);
+            }
+        }
+        keys.sort_by_key(|k| k.created_at_ms);
+        Ok(keys)
+    }
+
+    fn insert_connector(&self, connector: &Connector, secret: &[u8]) -> Result<(), StoreError> {
+        let rec = ConnectorRecord {
+            connector: connector.clone(),
+            secret_sealed: b64().encode(self.secrets.seal(&connector.client_id, secret)),
+        };
+        let swapped = self
+            .connectors
+            .compare_and_swap(
+                &connector.client_id,
+                None as Option<&[u8]>,
+                Some(encode(&rec)),
+            )
+            .map_err(backend)?;
+        if swapped.is_err() {
+            return Err(StoreError::Exists {
+                kind: "connector",
+                id: connector.client_id.clone(),
+            });
+        }
+        self.flush()
+    }
+
+    fn rotate_connector(
+        &self,
+        client_id: &str,
+        secret: &[u8],
+        at_ms: i64,
+    ) -> Result<Connector, StoreError> {
+        let sealed = b64().encode(self.secrets.seal(client_id, secret));
+        self.update_connector(client_id, |rec| {
+            rec.secret_sealed = sealed.clone();
+            rec.connector.rotated_at_ms = Some(at_ms);
+        })
+    }
+
+    fn revoke_connector(&self, client_id: &str, at_ms: i64) -> Result<Connector, StoreError> {
+        self.update_connector(client_id, |rec| {
+            rec.connector.revoked_at_ms.get_or_insert(at_ms);
+        })
+    }
+
+    fn connector(&self, client_id: &str) -> Result<Option<(Connector, Vec<u8>)>, StoreError> {
+        let Some(rec) = self.connector_record(client_id)? else {
+            return Ok(None);
+        };
+        let sealed = b64()
+            .decode(&rec.secret_sealed)
+            .map_err(|_| StoreError::Decrypt)?;
+        let secret = self.secrets.open(client_id, &sealed)?;
+        Ok(Some((rec.connector, secret)))
+    }
+
+    fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError> {
+        let mut all = Vec::new();
+        for rec in Self::scan::<ConnectorRecord>(&self.connectors, "connector") {
+            let rec = rec?;
+            if rec.connector.org_id == org_id {
+                all.push(rec.connector);
+            }
+        }
+        all.sort_by_key(|c| c.created_at_ms);
+        Ok(all)
+    }
+
+    fn usage_by_day(
+        &self,
+        org_id: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<DayUsage>, StoreError> {
+        let prefix_len = org_prefix(org_id).len();
+        let mut start = org_prefix(org_id);
+        start.extend_from_slice(from.as_bytes());
+        let mut end = org_prefix(org_id);
+        end.extend_from_slice(to.as_bytes());
+        end.push(0xff);
+        let mut days = Vec::new();
+        for item in self.usage_daily.range(start..end) {
+            let (key, value) = item.map_err(backend)?;
+            let rest = &key[prefix_len..];
+            let corrupt = || StoreError::Corrupt("daily usage".into(), format!("{key:?}"));
+            let (day, tag) = rest.split_at(rest.len().checked_sub(1).ok_or_else(corrupt)?);
+            let kind = UsageKind::from_tag(tag[0]).ok_or_else(corrupt)?;
+            let amount = u64::from_be_bytes(value.as_ref().try_into().map_err(|_| corrupt())?);
+            days.push(DayUsage {
+                day: String::from_utf8(day.to_vec()).map_err(|_| corrupt())?,
+                kind,
+                amount,
+            });
+        }
+        Ok(days)
+    }
+
+    fn usage_events(
+        &self,
+        org_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<UsageEvent>, StoreError> {
+        let start = ledger_key(org_id, from_ms, 0);
+        let end = ledger_key(org_id, to_ms, 0);
+        self.ledger
+            .range(start..end)
+            .values()
+            .map(|v| decode("usage event", &v.map_err(backend)?))
+            .collect()
+    }
+}
+
+impl UsageSink for SledStore {
+    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+        let seq = self
+            .db
+            .generate_id()
+            .map_err(|e| UsageError::Store(e.to_string()))?;
+        let ledger_key = ledger_key(&event.org_id, event.at_ms, seq);
+        let daily_key = daily_key(&event.org_id, &clock::day_of(event.at_ms), event.kind);
+        let value = encode(event);
+        (&self.ledger, &self.usage_daily)
+            .transaction(|(ledger, daily)| {
+                ledger.insert(ledger_key.as_slice(), value.as_slice())?;
+                let total = daily
+                    .get(&daily_key)?
+                    .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+                    .map_or(0, u64::from_be_bytes);
+                daily.insert(
+                    daily_key.as_slice(),
+                    &total.saturating_add(event.amount).to_be_bytes(),
+                )?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| UsageError::Store(format!("{e:?}")))?;
+        self.flush().map_err(UsageError::from)
+    }
+}
+
+fn hex_to_hash(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::crypto::KEY_LEN;
+    use callstream_actors::usage::UsageSource;
+
+    fn store(dir: &Path) -> SledStore {
+        SledStore::open(dir, SecretBox::new(&[3; KEY_LEN])).unwrap()
+    }
+
+    fn org(id: &str) -> Org {
+        Org {
+            id: id.into(),
+            name: "Acme".into(),
+            system_prompt: None,
+            mcp: Some(McpIntegration {
+                url: "http://127.0.0.1:1/mcp".into(),
+                headers: BTreeMap::from([("Authorization".into(), "Bearer hunter2".into())]),
+            }),
+            plan: "free".into(),
+            deleted: false,
+            created_at_ms: 1,
+        }
+    }
+
+    fn event(org: &str, at_ms: i64, kind: UsageKind, amount: u64) -> UsageEvent {
+        UsageEvent {
+            org_id: org.into(),
+            key_id: "key_1".into(),
+            end_user: Some("u1".into()),
+            kind,
+            amount,
+            source: UsageSource::Chat,
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn orgs_round_trip_with_sealed_mcp_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        s.insert_org(&org("org_a")).unwrap();
+        assert!(matches!(
+            s.insert_org(&org("org_a")),
+            Err(StoreError::Exists { .. })
+        ));
+        assert_eq!(s.org("org_a").unwrap().unwrap(), org("org_a"));
+        let raw = s.orgs.get("org_a").unwrap().unwrap();
+        assert!(!raw.windows(7).any(|w| w == b"hunter2"));
+        let mut deleted = org("org_a");
+        deleted.deleted = true;
+        s.update_org(&deleted).unwrap();
+        assert!(s.orgs().unwrap()[0].deleted);
+        assert!(matches!(
+            s.update_org(&org("org_b")),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn ledger_and_daily_totals_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        // 2026-11-25 23:59:59.999 and 2026-11-26 00:00:00.000 UTC fall on different days.
+        let before_midnight = 1_795_651_199_999;
+        s.record(&event("org_a", before_midnight, UsageKind::Tokens, 10))
+            .unwrap();
+        s.record(&event("org_a", before_midnight + 1, UsageKind::Tokens, 5))
+            .unwrap();
+        s.record(&event("org_a", before_midnight + 2, UsageKind::Tokens, 7))
+            .unwrap();
+        s.record(&event(
+            "org_a",
+            before_midnight + 2,
+            UsageKind::AudioMs,
+            1500,
+        ))
+        .unwrap();
+        s.record(&event(
+            "org_ab",
+            before_midnight + 2,
+            UsageKind::Tokens,
+            1000,
+        ))
+        .unwrap();
+
+        let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
+        let view: Vec<(&str, UsageKind, u64)> = days
+            .iter()
+            .map(|d| (d.day.as_str(), d.kind, d.amount))
+            .collect();
+        assert_eq!(
+            view,
+            [
+                ("2026-11-25", UsageKind::Tokens, 10),
+                ("2026-11-26", UsageKind::AudioMs, 1500),
+                ("2026-11-26", UsageKind::Tokens, 12),
+            ]
+        );
+        assert!(
+            s.usage_by_day("org_a", "2026-11-26", "2026-11-26")
+                .unwrap()
+                .len()
+                == 2
+        );
+        let events = s.usage_events("org_a", 0, i64::MAX).unwrap();
+        assert_eq!(events.len(), 4);
+        assert_eq!(events[0].amount, 10);
+        assert_eq!(
+            s.usage_events("org_a", before_midnight + 1, before_midnight + 2)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn api_keys_resolve_by_hash_and_revoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let key = ApiKey {
+            id: "key_1".into(),
+            org_id: "org_a".into(),
+            name: None,
+            hash: "ab".repeat(32),
+            last4: "wxyz".into(),
+            created_at_ms: 5,
+            revoked_at_ms: None,
+        };
+        s.insert_api_key(&key).unwrap();
+        assert!(matches!(
+            s.insert_api_key(&key),
+            Err(StoreError::Exists { .. })
+        ));
+        assert_eq!(s.api_key_by_hash(&[0xab; 32]).unwrap().unwrap(), key);
+        assert_eq!(s.api_key_by_hash(&[0xac; 32]).unwrap(), None);
+        let revoked = s.revoke_api_key("key_1", 9).unwrap();
+        assert_eq!(revoked.revoked_at_ms, Some(9));
+        assert_eq!(
+            s.revoke_api_key("key_1", 10).unwrap().revoked_at_ms,
+            Some(9)
+        );
+        assert!(matches!(
+            s.revoke_api_key("key_2", 1),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.api_keys("org_a").unwrap().len(), 1);
+        assert!(s.api_keys("org_b").unwrap().is_empty());
+    }
+
+    #[test]
+    fn connector_secret_is_sealed_and_rotates() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let c = Connector {
+            client_id: "cc_1".into(),
+            org_id: "org_a".into(),
+            name: Some("genesys".into()),
+            created_at_ms: 1,
+            rotated_at_ms: None,
+            revoked_at_ms: None,
+        };
+        s.insert_connector(&c, b"first-secret").unwrap();
+        assert_eq!(
+            s.connector("cc_1").unwrap().unwrap(),
+            (c.clone(), b"first-secret".to_vec())
+        );
+        let rotated = s.rotate_connector("cc_1", b"second-secret", 7).unwrap();
+        assert_eq!(rotated.rotated_at_ms, Some(7));
+        assert_eq!(s.connector("cc_1").unwrap().unwrap().1, b"second-secret");
+        assert!(s
+            .revoke_connector("cc_1", 8)
+            .unwrap()
+            .revoked_at_ms
+            .is_some());
+        assert!(matches!(
+            s.rotate_connector("cc_9", b"x", 1),
+            Err(StoreError::NotFound { .. })
+        ));
+
+        let wrong_key = {
+            drop(s);
+            SledStore::open(dir.path(), SecretBox::new(&[4; KEY_LEN])).unwrap()
+        };
+        assert!(matches!(
+            wrong_key.connector("cc_1"),
+            Err(StoreError::Decrypt)
+        ));
+    }
+
+    #[test]
+    fn second_open_reports_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = store(dir.path());
+        let second = SledStore::open(dir.path(), SecretBox::new(&[3; KEY_LEN]));
+        assert!(
+            matches!(second, Err(StoreError::Locked(_))),
+            "{:?}",
+            second.err()
+        );
+    }
+}
