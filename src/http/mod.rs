@@ -9,15 +9,20 @@ pub mod languages;
 
 use std::convert::Infallible;
 
-use warp::{Filter, Reply};
+use warp::{Filter, Rejection, Reply};
 
 use crate::app::App;
 
 /// Every route of the service, with errors recovered into JSON bodies.
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Infallible> + Clone {
+    api(app)
+        .recover(errors::recover)
+        .with(warp::log("callstream::http"))
+}
+
+/// Every route, errors still as rejections (compose before [`errors::recover`]).
+pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
     health::routes()
         .or(languages::routes(app.clone()))
         .or(account::routes(app))
-        .recover(errors::recover)
-        .with(warp::log("callstream::http"))
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what callstream needs on a Debian 12 machine (run as root) and fetches the model
+# weights. Idempotent: what is already there is left alone.
+#
+#   scripts/setup.sh            system packages + the models config.toml runs with
+#   scripts/setup.sh --test     system packages + the models the test suite uses
+#   scripts/setup.sh --all      system packages + every model
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+model_set=default
+case "${1:-}" in
+  "") ;;
+  --test) model_set=test ;;
+  --all) model_set=all ;;
+  *) echo "usage: $0 [--test|--all]" >&2; exit 2 ;;
+esac
+
+# Build tools for the C++ engines (CTranslate2, llama.cpp) and their bindings, audio tools for
+# the fixtures.
+packages=(build-essential cmake clang libclang-dev pkg-config espeak-ng sox ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# The model fetcher needs Python with pip; any python3 on PATH that has pip will do.
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3 python3-pip)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: installing system packages needs root" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+command -v cargo >/dev/null || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
+
+python3 scripts/models.py --set "$model_set"

@@ -1,0 +1,174 @@
+//! Test harness: the real `callstream` binary on 127.0.0.1:0 with its own data directory, and
+//! the CLI run against the same directory.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The Whisper model installed by `scripts/setup.sh --test`.
+pub fn whisper_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/whisper-tiny.en");
+    assert!(
+        dir.join("vocabulary.txt").exists(),
+        "{} is missing: run scripts/setup.sh --test",
+        dir.display()
+    );
+    dir
+}
+
+/// A data directory and the environment that points the binary at it.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub vars: Vec<(String, String)>,
+}
+
+impl Env {
+    pub fn new(extra: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut vars = vec![
+            ("CALLSTREAM_SERVER__LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
+            (
+                "CALLSTREAM_STORAGE__DATA_DIR".to_owned(),
+                dir.path().join("data").display().to_string(),
+            ),
+            (
+                "CALLSTREAM_MODELS__WHISPER".to_owned(),
+                whisper_dir().display().to_string(),
+            ),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Self { dir, vars }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_callstream"));
+        cmd.current_dir(self.dir.path())
+            .env_remove("CALLSTREAM_CONFIG")
+            .env("RUST_LOG", "warn")
+            .envs(self.vars.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// Runs the CLI and returns its output.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("the callstream binary runs")
+    }
+
+    /// Runs the CLI with `--json`, asserts success and parses stdout.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.cli(&all);
+        assert!(
+            out.status.success(),
+            "callstream {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+    }
+
+    /// Creates an organisation (plan `free` unless given) and one API key; returns
+    /// (org id, key id, secret).
+    pub fn org_with_key(&self, name: &str) -> (String, String, String) {
+        let org = self.cli_json(&["org", "create", name]);
+        let org_id = org["id"].as_str().unwrap().to_owned();
+        let (key_id, secret) = self.key(&org_id);
+        (org_id, key_id, secret)
+    }
+
+    /// Creates a key for `org_id`; returns (key id, secret).
+    pub fn key(&self, org_id: &str) -> (String, String) {
+        let key = self.cli_json(&["key", "create", org_id]);
+        (
+            key["key"]["id"].as_str().unwrap().to_owned(),
+            key["secret"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// Starts `callstream serve` and waits until it listens.
+    pub fn serve(&self) -> Server {
+        let mut child = self
+            .command()
+            .arg("serve")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the callstream binary starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server prints its address");
+        let addr: SocketAddr = line
+            .trim()
+            .strip_prefix("callstream listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        Server { child, addr }
+    }
+}
+
+/// A running server process; killed when dropped.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Sends SIGTERM and waits for a graceful exit.
+    pub fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        assert!(exit.success(), "server exited with {exit}");
+    }
+
+    /// Kills the process without letting it shut down.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// GET `url` with an optional API key; returns status, headers and JSON body.
+pub async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut req = client.get(url);
+    if let Some(key) = key {
+        req = req.header("X-API-Key", key);
+    }
+    let resp = req.send().await.expect("the server answers");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.json().await.expect("every answer is JSON");
+    (status, headers, body)
+}
