@@ -1,1 +1,94 @@
-fn main() {}
+//! The costs on every request and every charge: resolving an API key (hash + two lookups),
+//! the GCRA rate check, and a durable ledger append (transaction + flush to disk).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use callstream::admin::{AdminRequest, AdminResponse};
+use callstream::app::App;
+use callstream::auth::ratelimit::RateLimiter;
+use callstream::config::Config;
+use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+fn app(dir: &std::path::Path) -> App {
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/whisper-tiny.en");
+    let env = [
+        ("CALLSTREAM_STORAGE__DATA_DIR", dir.display().to_string()),
+        ("CALLSTREAM_MODELS__WHISPER", models.display().to_string()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v));
+    App::open(Config::load_with_env(None, env).expect("config"))
+        .expect("app (run scripts/setup.sh)")
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path());
+    let AdminResponse::Org(org) = app
+        .admin
+        .execute(AdminRequest::OrgCreate {
+            name: "Bench".into(),
+            plan: Some("enterprise".into()),
+        })
+        .unwrap()
+    else {
+        unreachable!("org create answers with the org")
+    };
+    let AdminResponse::KeyCreated { secret, .. } = app
+        .admin
+        .execute(AdminRequest::KeyCreate {
+            org: org.id.clone(),
+            name: None,
+        })
+        .unwrap()
+    else {
+        unreachable!("key create answers with the key")
+    };
+
+    let mut group = c.benchmark_group("edge");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("authenticate", |b| {
+        b.iter(|| {
+            app.auth
+                .authenticate(black_box(Some(secret.as_str())))
+                .unwrap()
+        })
+    });
+    for keys in [1usize, 1000] {
+        let limiter = RateLimiter::default();
+        let names: Vec<String> = (0..keys).map(|i| format!("key_{i}")).collect();
+        let mut i = 0;
+        group.bench_with_input(BenchmarkId::new("rate_check", keys), &keys, |b, _| {
+            b.iter(|| {
+                i = (i + 1) % names.len();
+                let _ = limiter.check(black_box(&names[i]), u32::MAX, Instant::now());
+            })
+        });
+    }
+    group.finish();
+
+    let store = Arc::clone(&app.store);
+    let mut group = c.benchmark_group("ledger");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(20);
+    group.bench_function("record_durable", |b| {
+        b.iter(|| {
+            store
+                .record(black_box(&UsageEvent {
+                    org_id: org.id.clone(),
+                    key_id: "key_bench".into(),
+                    end_user: None,
+                    kind: UsageKind::Tokens,
+                    amount: 42,
+                    source: UsageSource::Chat,
+                    at_ms: callstream::clock::now_ms(),
+                }))
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -12,7 +12,10 @@ fn org_key_connector_round_trips() {
     let org = env.cli_json(&["org", "create", "Acme Support", "--plan", "team"]);
     let org_id = org["id"].as_str().unwrap();
     assert!(org_id.starts_with("org_"));
-    assert_eq!((org["plan"].as_str(), org["deleted"].as_bool()), (Some("team"), Some(false)));
+    assert_eq!(
+        (org["plan"].as_str(), org["deleted"].as_bool()),
+        (Some("team"), Some(false))
+    );
     let list = env.cli_json(&["org", "list"]);
     assert_eq!(list["orgs"].as_array().unwrap().len(), 1);
     assert_eq!(list["orgs"][0]["name"], "Acme Support");
@@ -24,7 +27,10 @@ fn org_key_connector_round_trips() {
     assert_eq!(created["key"]["last4"], &secret[secret.len() - 4..]);
     let listed = env.cli(&["--json", "key", "list", org_id]);
     let listed_text = String::from_utf8(listed.stdout).unwrap();
-    assert!(!listed_text.contains(secret), "a listing never shows the secret");
+    assert!(
+        !listed_text.contains(secret),
+        "a listing never shows the secret"
+    );
     let listed: serde_json::Value = serde_json::from_str(&listed_text).unwrap();
     assert_eq!(listed["keys"][0]["id"], key_id);
     assert_eq!(listed["keys"][0]["name"], "crm");
@@ -38,7 +44,10 @@ fn org_key_connector_round_trips() {
     let conn = env.cli_json(&["connector", "create", org_id, "--name", "genesys"]);
     let client_id = conn["connector"]["client_id"].as_str().unwrap();
     let first_secret = conn["client_secret"].as_str().unwrap().to_owned();
-    assert_eq!(conn["websocket_url"], "wss://calls.example.com/api/callstream/ws");
+    assert_eq!(
+        conn["websocket_url"],
+        "wss://calls.example.com/api/callstream/ws"
+    );
     assert_eq!(first_secret.len(), 44, "base64 of 32 bytes");
     let listed = env.cli_json(&["connector", "list", org_id]);
     assert_eq!(listed["connectors"][0]["client_id"], client_id);
@@ -60,22 +69,49 @@ fn org_key_connector_round_trips() {
     // Text output for people shows the secret with a warning.
     let text = env.cli(&["key", "create", org_id]);
     let text = String::from_utf8(text.stdout).unwrap();
-    assert!(text.contains("secret      cs_") && text.contains("shown this once"), "{text}");
+    assert!(
+        text.contains("secret      cs_") && text.contains("shown this once"),
+        "{text}"
+    );
 }
 
 #[test]
 fn unknown_ids_and_bad_input_are_clear_errors() {
     let env = Env::new(&[]);
     let cases: &[(&[&str], &str)] = &[
-        (&["key", "create", "org_nope"], "no organisation with id org_nope"),
-        (&["key", "list", "org_nope"], "no organisation with id org_nope"),
-        (&["key", "revoke", "key_nope"], "no API key with id key_nope"),
-        (&["connector", "create", "org_nope"], "no organisation with id org_nope"),
-        (&["connector", "rotate", "cc_nope"], "no connector with client id cc_nope"),
-        (&["connector", "revoke", "cc_nope"], "no connector with id cc_nope"),
-        (&["org", "delete", "org_nope"], "no organisation with id org_nope"),
+        (
+            &["key", "create", "org_nope"],
+            "no organisation with id org_nope",
+        ),
+        (
+            &["key", "list", "org_nope"],
+            "no organisation with id org_nope",
+        ),
+        (
+            &["key", "revoke", "key_nope"],
+            "no API key with id key_nope",
+        ),
+        (
+            &["connector", "create", "org_nope"],
+            "no organisation with id org_nope",
+        ),
+        (
+            &["connector", "rotate", "cc_nope"],
+            "no connector with client id cc_nope",
+        ),
+        (
+            &["connector", "revoke", "cc_nope"],
+            "no connector with id cc_nope",
+        ),
+        (
+            &["org", "delete", "org_nope"],
+            "no organisation with id org_nope",
+        ),
         (&["usage", "org_nope"], "no organisation with id org_nope"),
-        (&["org", "create", "X", "--plan", "platinum"], "unknown plan \"platinum\""),
+        (
+            &["org", "create", "X", "--plan", "platinum"],
+            "unknown plan \"platinum\"",
+        ),
     ];
     for (args, message) in cases {
         let out = env.cli(args);

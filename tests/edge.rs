@@ -14,7 +14,12 @@ use warp::Filter;
 
 fn assert_error(body: &serde_json::Value, code: &str) {
     assert_eq!(body["error"]["code"], code, "{body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -89,7 +94,10 @@ async fn public_routes_and_unknown_paths() {
 
     let (status, _, body) = get(&client, &server.url("/api/languages"), None).await;
     assert_eq!(status, 200);
-    assert_eq!(body, serde_json::json!({"languages": [{"code": "en", "name": "English"}]}));
+    assert_eq!(
+        body,
+        serde_json::json!({"languages": [{"code": "en", "name": "English"}]})
+    );
 
     let (status, _, body) = get(&client, &server.url("/healthz"), None).await;
     assert_eq!((status, body), (200, serde_json::json!({"status": "ok"})));
@@ -145,7 +153,12 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
     let url = |p: &str| format!("http://{addr}{p}");
     let client = reqwest::Client::new();
 
-    let resp = client.get(url("/probe/audio")).header("X-API-Key", &secret).send().await.unwrap();
+    let resp = client
+        .get(url("/probe/audio"))
+        .header("X-API-Key", &secret)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
 
     // The free plan has 60 audio-minutes a month: use 59 min 59.999 s, then the rest.
@@ -164,19 +177,37 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
             .unwrap()
     };
     record(3_599_999);
-    let resp = client.get(url("/probe/audio")).header("X-API-Key", &secret).send().await.unwrap();
+    let resp = client
+        .get(url("/probe/audio"))
+        .header("X-API-Key", &secret)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200, "one millisecond is left");
     record(1);
-    let resp = client.get(url("/probe/audio")).header("X-API-Key", &secret).send().await.unwrap();
+    let resp = client
+        .get(url("/probe/audio"))
+        .header("X-API-Key", &secret)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 402);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_error(&body, "quota_exhausted");
 
-    let resp = client.get(url("/probe/tokens")).header("X-API-Key", &secret).send().await.unwrap();
+    let resp = client
+        .get(url("/probe/tokens"))
+        .header("X-API-Key", &secret)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200, "the chat pool is separate");
 
     let (status, _, body) = get(&client, &url("/api/usage"), Some(&secret)).await;
-    assert_eq!(status, 200, "usage stays readable when a quota is exhausted");
+    assert_eq!(
+        status, 200,
+        "usage stays readable when a quota is exhausted"
+    );
     assert_eq!(body["audio_seconds"]["used"], 3600.0);
     assert_eq!(body["audio_seconds"]["remaining"], 0.0);
     assert_eq!(body["chat_tokens"]["remaining"], 100_000);

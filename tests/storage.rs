@@ -42,7 +42,9 @@ fn no_secret_is_stored_in_plain_text() {
     let files = all_files(&env.data_dir());
     assert!(!files.is_empty());
     // The scan does see what is stored in clear: names and ids.
-    assert!(files.iter().any(|(_, b)| contains(b, b"Plaintext Probe Org")));
+    assert!(files
+        .iter()
+        .any(|(_, b)| contains(b, b"Plaintext Probe Org")));
     assert!(files.iter().any(|(_, b)| contains(b, client_id.as_bytes())));
     for (path, bytes) in &files {
         for (what, needle) in [
@@ -52,7 +54,10 @@ fn no_secret_is_stored_in_plain_text() {
             ("raw client secret", &raw_secret[..]),
             ("rotated client secret", rotated_secret.as_bytes()),
         ] {
-            assert!(!contains(bytes, needle), "{what} found in plain text in {path}");
+            assert!(
+                !contains(bytes, needle),
+                "{what} found in plain text in {path}"
+            );
         }
     }
 }
@@ -76,7 +81,10 @@ async fn records_survive_restarts_and_kills() {
     let (status, _, _) = get(&client, &server.url("/api/account"), Some(&revoked_secret)).await;
     assert_eq!(status, 401, "revocation survives");
     let listed = env.cli_json(&["connector", "list", &org_id]);
-    assert_eq!(listed["connectors"][0]["client_id"], conn["connector"]["client_id"]);
+    assert_eq!(
+        listed["connectors"][0]["client_id"],
+        conn["connector"]["client_id"]
+    );
     server.stop();
 
     let server = env.serve();

@@ -133,7 +133,7 @@ impl SledStore {
         self.db.flush().map(drop).map_err(backend)
     }
 
-    fn to_record(&self, org: &Org) -> OrgRecord {
+    fn seal_record(&self, org: &Org) -> OrgRecord {
         OrgRecord {
             id: org.id.clone(),
             name: org.name.clone(),
@@ -148,7 +148,7 @@ impl SledStore {
         }
     }
 
-    fn from_record(&self, rec: OrgRecord) -> Result<Org, StoreError> {
+    fn open_record(&self, rec: OrgRecord) -> Result<Org, StoreError> {
         let mcp = match rec.mcp {
             None => None,
             Some(m) => {
@@ -228,7 +228,7 @@ impl Store for SledStore {
             .compare_and_swap(
                 &org.id,
                 None as Option<&[u8]>,
-                Some(encode(&self.to_record(org))),
+                Some(encode(&self.seal_record(org))),
             )
             .map_err(backend)?;
         if swapped.is_err() {
@@ -248,21 +248,21 @@ impl Store for SledStore {
             });
         }
         self.orgs
-            .insert(&org.id, encode(&self.to_record(org)))
+            .insert(&org.id, encode(&self.seal_record(org)))
             .map_err(backend)?;
         self.flush()
     }
 
     fn org(&self, id: &str) -> Result<Option<Org>, StoreError> {
         match self.orgs.get(id).map_err(backend)? {
-            Some(v) => Ok(Some(self.from_record(decode("organisation", &v)?)?)),
+            Some(v) => Ok(Some(self.open_record(decode("organisation", &v)?)?)),
             None => Ok(None),
         }
     }
 
     fn orgs(&self) -> Result<Vec<Org>, StoreError> {
         let mut orgs = Self::scan::<OrgRecord>(&self.orgs, "organisation")
-            .map(|r| self.from_record(r?))
+            .map(|r| self.open_record(r?))
             .collect::<Result<Vec<_>, _>>()?;
         orgs.sort_by_key(|o| o.created_at_ms);
         Ok(orgs)

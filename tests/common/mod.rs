@@ -31,7 +31,10 @@ impl Env {
     pub fn new(extra: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut vars = vec![
-            ("CALLSTREAM_SERVER__LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
+            (
+                "CALLSTREAM_SERVER__LISTEN".to_owned(),
+                "127.0.0.1:0".to_owned(),
+            ),
             (
                 "CALLSTREAM_STORAGE__DATA_DIR".to_owned(),
                 dir.path().join("data").display().to_string(),
@@ -60,7 +63,10 @@ impl Env {
 
     /// Runs the CLI and returns its output.
     pub fn cli(&self, args: &[&str]) -> Output {
-        self.command().args(args).output().expect("the callstream binary runs")
+        self.command()
+            .args(args)
+            .output()
+            .expect("the callstream binary runs")
     }
 
     /// Runs the CLI with `--json`, asserts success and parses stdout.
