@@ -6,4 +6,5 @@
 //! [`usage`]) that the service implements with its store.
 
 pub mod asr;
+pub mod audio;
 pub mod usage;

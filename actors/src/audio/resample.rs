@@ -1,0 +1,167 @@
+//! 8 kHz to 16 kHz for the speech engine, with rubato's FFT resampler (its anti-imaging filter
+//! keeps the spectral image of telephone audio, 4-8 kHz, out of Whisper's input).
+
+use rubato::{FftFixedInOut, Resampler};
+
+/// Input rate: telephone audio.
+pub const INPUT_RATE: usize = 8_000;
+/// Output rate: Whisper's.
+pub const OUTPUT_RATE: usize = 16_000;
+/// Input samples per resampler chunk (20 ms).
+const CHUNK_IN: usize = 160;
+
+/// Why the resampler failed.
+#[derive(Debug, thiserror::Error)]
+#[error("resampler: {0}")]
+pub struct ResampleError(String);
+
+/// Upsamples 8 kHz utterances to 16 kHz. Holds its buffers; after the first utterance of a
+/// given length, resampling another no longer allocates.
+pub struct Upsampler {
+    inner: FftFixedInOut<f32>,
+    chunk_in: usize,
+    input: Vec<Vec<f32>>,
+    output: Vec<Vec<f32>>,
+}
+
+impl std::fmt::Debug for Upsampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upsampler")
+            .field("chunk_in", &self.chunk_in)
+            .finish()
+    }
+}
+
+impl Upsampler {
+    /// An 8 -> 16 kHz resampler.
+    pub fn new() -> Result<Self, ResampleError> {
+        let inner = FftFixedInOut::<f32>::new(INPUT_RATE, OUTPUT_RATE, CHUNK_IN, 1)
+            .map_err(|e| ResampleError(e.to_string()))?;
+        let chunk_in = inner.input_frames_max();
+        let out_max = inner.output_frames_max();
+        Ok(Self {
+            inner,
+            chunk_in,
+            input: vec![vec![0.0; chunk_in]],
+            output: vec![vec![0.0; out_max]],
+        })
+    }
+
+    /// Output samples for `input_len` input samples.
+    pub const fn output_len(input_len: usize) -> usize {
+        input_len * (OUTPUT_RATE / INPUT_RATE)
+    }
+
+    /// Resamples one whole utterance of 8 kHz samples into `out` (replaced), as f32 in
+    /// [-1, 1] at 16 kHz, exactly twice as long and aligned in time with the input (the
+    /// resampler's delay is removed).
+    pub fn utterance_into(
+        &mut self,
+        input: &[i16],
+        out: &mut Vec<f32>,
+    ) -> Result<(), ResampleError> {
+        self.inner.reset();
+        out.clear();
+        let want = Self::output_len(input.len());
+        let delay = self.inner.output_delay();
+        let mut skip = delay;
+        let mut pos = 0;
+        // Feed the input, then zeros until the delayed tail has come out.
+        while out.len() < want {
+            let buf = &mut self.input[0];
+            let take = input.len().saturating_sub(pos).min(self.chunk_in);
+            for (b, &s) in buf[..take].iter_mut().zip(&input[pos..pos + take]) {
+                *b = f32::from(s) / 32768.0;
+            }
+            buf[take..].fill(0.0);
+            pos += take;
+            let (_, produced) = self
+                .inner
+                .process_into_buffer(&self.input, &mut self.output, None)
+                .map_err(|e| ResampleError(e.to_string()))?;
+            let chunk = &self.output[0][..produced];
+            let drop = skip.min(chunk.len());
+            skip -= drop;
+            let room = want - out.len();
+            out.extend_from_slice(&chunk[drop..][..room.min(chunk.len() - drop)]);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tone(freq: f64, amplitude: f64, seconds: f64) -> Vec<i16> {
+        let n = (seconds * INPUT_RATE as f64) as usize;
+        (0..n)
+            .map(|i| {
+                let t = i as f64 / INPUT_RATE as f64;
+                (amplitude * 32767.0 * (2.0 * std::f64::consts::PI * freq * t).sin()).round() as i16
+            })
+            .collect()
+    }
+
+    /// Power of `freq` in `x` (sampled at `rate`), by the Goertzel algorithm, normalised so that
+    /// a sine of amplitude A gives A^2 / 4... scaled to A: returns the amplitude.
+    fn amplitude_at(x: &[f32], rate: f64, freq: f64) -> f64 {
+        let w = 2.0 * std::f64::consts::PI * freq / rate;
+        let (mut s1, mut s2) = (0.0f64, 0.0f64);
+        for &v in x {
+            let s = f64::from(v) + 2.0 * w.cos() * s1 - s2;
+            s2 = s1;
+            s1 = s;
+        }
+        let power = s1 * s1 + s2 * s2 - 2.0 * w.cos() * s1 * s2;
+        2.0 * power.sqrt() / x.len() as f64
+    }
+
+    #[test]
+    fn output_is_twice_as_long() {
+        let mut up = Upsampler::new().unwrap();
+        let mut out = Vec::new();
+        for n in [0, 1, 159, 160, 161, 8_000, 12_345] {
+            up.utterance_into(&vec![100; n], &mut out).unwrap();
+            assert_eq!(out.len(), 2 * n);
+        }
+    }
+
+    #[test]
+    fn a_1khz_tone_keeps_frequency_and_level_without_images() {
+        let mut up = Upsampler::new().unwrap();
+        let mut out = Vec::new();
+        up.utterance_into(&tone(1000.0, 0.5, 1.0), &mut out)
+            .unwrap();
+        // Skip the edges, where the tone starts and stops.
+        let mid = &out[1600..out.len() - 1600];
+        let rate = OUTPUT_RATE as f64;
+        let level = amplitude_at(mid, rate, 1000.0);
+        assert!((level - 0.5).abs() < 0.01, "1 kHz level {level}");
+        // Neighbouring frequencies carry next to nothing: the frequency did not move.
+        assert!(amplitude_at(mid, rate, 950.0) < 0.01 * level);
+        assert!(amplitude_at(mid, rate, 1050.0) < 0.01 * level);
+        // The spectral image at 8 kHz - 1 kHz = 7 kHz, and anything above 4 kHz, stays low.
+        for f in [4_500.0, 6_000.0, 7_000.0, 7_500.0] {
+            let image = amplitude_at(mid, rate, f);
+            assert!(image < 1e-3 * level, "{f} Hz at {image} (tone {level})");
+        }
+    }
+
+    #[test]
+    fn aligned_in_time() {
+        // A click at 0.5 s comes out at 0.5 s.
+        let mut input = vec![0i16; 8_000];
+        input[4_000] = 20_000;
+        let mut up = Upsampler::new().unwrap();
+        let mut out = Vec::new();
+        up.utterance_into(&input, &mut out).unwrap();
+        let peak = out
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+            .unwrap()
+            .0;
+        assert!((peak as i64 - 8_000).abs() <= 2, "peak at {peak}");
+    }
+}
