@@ -4,7 +4,9 @@
 //!
 //! Live call: [`frame`] (PCMU/L16 bytes -> per-channel i16) -> [`vad`] (8 kHz utterances) ->
 //! [`resample`] (8 -> 16 kHz f32) -> [`mel`] (Whisper features) -> speech engine.
+//! Files: [`decode`] (any supported file -> 16 kHz f32 per channel).
 
+pub mod decode;
 pub mod frame;
 pub mod g711;
 pub mod mel;

@@ -1,0 +1,302 @@
+//! The ASR worker pool: a fixed set of OS threads, each owning one engine, fed through two
+//! bounded crossbeam queues.
+//!
+//! - Priority: a worker always takes live-call work before file work.
+//! - Batching: a worker that picks up a job also takes whatever else is already queued at the
+//!   same priority for the same language, up to `max_batch`, and decodes them in one engine
+//!   call.
+//! - Backpressure: live work is never waited on: [`AsrPool::submit_live`] fails at once with
+//!   [`AsrError::Unavailable`] when the live queue is full, and the caller decides (the call
+//!   pipeline counts and logs the dropped utterance). File work waits for room
+//!   ([`AsrPool::submit_file`] blocks), which slows the file reader instead of growing memory.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{bounded, Receiver, Select, Sender, TryRecvError, TrySendError};
+
+use super::{AsrEngine, AsrError, Transcript};
+
+/// Pool settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Worker threads, one engine each.
+    pub workers: usize,
+    /// Most utterances decoded in one engine call.
+    pub max_batch: usize,
+    /// Capacity of the live queue.
+    pub live_queue: usize,
+    /// Capacity of the file queue.
+    pub file_queue: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            workers: 2,
+            max_batch: 4,
+            live_queue: 64,
+            file_queue: 16,
+        }
+    }
+}
+
+/// Where a job's result goes. Called on the worker thread, so it must be quick (send on a
+/// channel, complete a oneshot).
+pub type Reply = Box<dyn FnOnce(Result<Transcript, AsrError>) + Send>;
+
+/// One utterance to recognise.
+pub struct Job {
+    /// 16 kHz mono, at most 30 s.
+    pub audio: Vec<f32>,
+    /// Language code.
+    pub language: String,
+    /// Receives the result.
+    pub reply: Reply,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("samples", &self.audio.len())
+            .field("language", &self.language)
+            .finish()
+    }
+}
+
+/// Counters of the pool, for logs and metrics.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    /// Utterances recognised.
+    pub utterances: AtomicU64,
+    /// Engine calls made.
+    pub batches: AtomicU64,
+    /// Live jobs refused because the live queue was full.
+    pub live_rejected: AtomicU64,
+    /// Audio recognised, in milliseconds.
+    pub audio_ms: AtomicU64,
+    /// Time spent in engine calls, in milliseconds.
+    pub busy_ms: AtomicU64,
+    /// Workers currently in an engine call.
+    pub busy_workers: AtomicUsize,
+}
+
+/// A snapshot of the pool's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    /// Live jobs waiting.
+    pub live_queued: usize,
+    /// File jobs waiting.
+    pub file_queued: usize,
+    /// Workers in an engine call.
+    pub busy_workers: usize,
+    /// Utterances recognised.
+    pub utterances: u64,
+    /// Engine calls made.
+    pub batches: u64,
+    /// Live jobs refused.
+    pub live_rejected: u64,
+}
+
+/// The running pool. Dropping it lets the workers finish queued work and joins them.
+pub struct AsrPool {
+    live: Option<Sender<Job>>,
+    file: Option<Sender<Job>>,
+    live_rx: Receiver<Job>,
+    file_rx: Receiver<Job>,
+    workers: Vec<JoinHandle<()>>,
+    stats: Arc<PoolStats>,
+}
+
+impl std::fmt::Debug for AsrPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsrPool").field("workers", &self.workers.len()).finish()
+    }
+}
+
+impl AsrPool {
+    /// Starts `config.workers` threads, each with an engine made by `make_engine(worker index)`
+    /// on that thread. Returns once every engine has loaded, or the first load error.
+    pub fn start<F>(config: PoolConfig, make_engine: F) -> Result<Self, AsrError>
+    where
+        F: Fn(usize) -> Result<Box<dyn AsrEngine>, AsrError> + Send + Sync + 'static,
+    {
+        let (live_tx, live_rx) = bounded::<Job>(config.live_queue.max(1));
+        let (file_tx, file_rx) = bounded::<Job>(config.file_queue.max(1));
+        let stats = Arc::new(PoolStats::default());
+        let make_engine = Arc::new(make_engine);
+        let (ready_tx, ready_rx) = bounded::<Result<(), AsrError>>(config.workers.max(1));
+        let mut workers = Vec::new();
+        for index in 0..config.workers.max(1) {
+            let (live_rx, file_rx, stats) = (live_rx.clone(), file_rx.clone(), stats.clone());
+            let (make_engine, ready_tx) = (make_engine.clone(), ready_tx.clone());
+            let max_batch = config.max_batch.max(1);
+            let handle = std::thread::Builder::new()
+                .name(format!("asr-{index}"))
+                .spawn(move || match make_engine(index) {
+                    Ok(engine) => {
+                        let _ = ready_tx.send(Ok(()));
+                        drop(ready_tx);
+                        work(engine, &live_rx, &file_rx, max_batch, &stats);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                })
+                .map_err(|e| AsrError::Unavailable(format!("cannot start a worker thread: {e}")))?;
+            workers.push(handle);
+        }
+        drop(ready_tx);
+        let pool = Self {
+            live: Some(live_tx),
+            file: Some(file_tx),
+            live_rx,
+            file_rx,
+            workers,
+            stats,
+        };
+        for _ in 0..pool.workers.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(AsrError::Unavailable("a worker died while loading".into())),
+            }
+        }
+        Ok(pool)
+    }
+
+    /// Queues live-call work; fails at once when the live queue is full.
+    pub fn submit_live(&self, job: Job) -> Result<(), AsrError> {
+        let sender = self.live.as_ref().expect("senders live until drop");
+        match sender.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.stats.live_rejected.fetch_add(1, Ordering::Relaxed);
+                Err(AsrError::Unavailable("live transcription queue is full".into()))
+            }
+            Err(TrySendError::Disconnected(_)) => Err(AsrError::Unavailable("pool stopped".into())),
+        }
+    }
+
+    /// Queues file work, waiting while the file queue is full. Call it from a blocking context.
+    pub fn submit_file(&self, job: Job) -> Result<(), AsrError> {
+        let sender = self.file.as_ref().expect("senders live until drop");
+        sender
+            .send(job)
+            .map_err(|_| AsrError::Unavailable("pool stopped".into()))
+    }
+
+    /// Worker threads.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &PoolStats {
+        &self.stats
+    }
+
+    /// A snapshot of queues and counters.
+    pub fn snapshot(&self) -> PoolSnapshot {
+        PoolSnapshot {
+            live_queued: self.live_rx.len(),
+            file_queued: self.file_rx.len(),
+            busy_workers: self.stats.busy_workers.load(Ordering::Relaxed),
+            utterances: self.stats.utterances.load(Ordering::Relaxed),
+            batches: self.stats.batches.load(Ordering::Relaxed),
+            live_rejected: self.stats.live_rejected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for AsrPool {
+    fn drop(&mut self) {
+        self.live.take();
+        self.file.take();
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Takes the next job: live first; when neither queue has one, waits on both. `None` once
+/// both queues are closed and empty.
+fn next_job(live: &Receiver<Job>, file: &Receiver<Job>) -> Option<(Job, bool)> {
+    loop {
+        let from_live = live.try_recv();
+        if let Ok(job) = from_live {
+            return Some((job, true));
+        }
+        let from_file = file.try_recv();
+        if let Ok(job) = from_file {
+            return Some((job, false));
+        }
+        if matches!(from_live, Err(TryRecvError::Disconnected)) && matches!(from_file, Err(TryRecvError::Disconnected)) {
+            return None;
+        }
+        let mut select = Select::new();
+        select.recv(live);
+        select.recv(file);
+        select.ready();
+    }
+}
+
+fn work(mut engine: Box<dyn AsrEngine>, live: &Receiver<Job>, file: &Receiver<Job>, max_batch: usize, stats: &PoolStats) {
+    while let Some((first, is_live)) = next_job(live, file) {
+        let queue = if is_live { live } else { file };
+        let mut batch = vec![first];
+        let mut other_language = None;
+        while batch.len() < max_batch {
+            // Only jobs of one language share a decode.
+            match queue.try_recv() {
+                Ok(job) if job.language == batch[0].language => batch.push(job),
+                Ok(job) => {
+                    other_language = Some(job);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        run(&mut *engine, batch, stats);
+        if let Some(job) = other_language {
+            run(&mut *engine, vec![job], stats);
+        }
+    }
+}
+
+fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
+    let Some(language) = jobs.first().map(|j| j.language.clone()) else {
+        return;
+    };
+    stats.busy_workers.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let audio: Vec<&[f32]> = jobs.iter().map(|j| j.audio.as_slice()).collect();
+    let result = engine.transcribe(&audio, &language);
+    let audio_ms: u64 = jobs.iter().map(|j| j.audio.len() as u64 / 16).sum();
+    stats.busy_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    stats.busy_workers.fetch_sub(1, Ordering::Relaxed);
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    stats.utterances.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+    stats.audio_ms.fetch_add(audio_ms, Ordering::Relaxed);
+    match result {
+        Ok(transcripts) if transcripts.len() == jobs.len() => {
+            for (job, t) in jobs.into_iter().zip(transcripts) {
+                (job.reply)(Ok(t));
+            }
+        }
+        Ok(transcripts) => {
+            let message = format!("engine returned {} transcripts for {} utterances", transcripts.len(), jobs.len());
+            for job in jobs {
+                (job.reply)(Err(AsrError::Engine(message.clone())));
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            for job in jobs {
+                (job.reply)(Err(AsrError::Engine(message.clone())));
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The speech engine on the real model and the telephone fixtures: accuracy (WER), the
+//! hallucination guard and VAD on non-speech, and the worker pool's priorities and batching.
+//! Needs `scripts/setup.sh --test` (the model) and the committed fixtures.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use callstream_actors::asr::pool::{AsrPool, Job, PoolConfig};
+use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
+use callstream_actors::asr::wer::{wer, WerCount};
+use callstream_actors::asr::{AsrEngine, Transcript};
+use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
+use callstream_actors::audio::vad::{Segmenter, VadConfig};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn model_dir() -> PathBuf {
+    let dir = root().join("models/whisper-tiny.en");
+    assert!(dir.join("model.bin").exists(), "run scripts/setup.sh --test first");
+    dir
+}
+
+fn load(path: &Path, rate: usize) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut audio = decode(bytes, Some("wav"), rate).unwrap();
+    audio.channels.swap_remove(0)
+}
+
+fn telephone_set() -> Vec<(PathBuf, String)> {
+    let dir = root().join("fixtures/telephone/speech");
+    std::fs::read_to_string(dir.join("manifest.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (file, text) = l.split_once('\t').unwrap();
+            (dir.join(file), text.to_owned())
+        })
+        .collect()
+}
+
+fn nonspeech() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("fixtures/telephone/nonspeech"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 7);
+    files
+}
+
+fn pool(workers: usize, max_batch: usize) -> AsrPool {
+    let dir = model_dir();
+    AsrPool::start(
+        PoolConfig {
+            workers,
+            max_batch,
+            ..PoolConfig::default()
+        },
+        move |_| Ok(Box::new(WhisperEngine::load(&dir, WhisperSettings::default())?) as Box<dyn AsrEngine>),
+    )
+    .unwrap()
+}
+
+fn i16_of(samples: &[f32]) -> Vec<i16> {
+    samples.iter().map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16).collect()
+}
+
+#[test]
+fn telephone_wer_is_at_most_15_percent() {
+    let set = telephone_set();
+    assert_eq!(set.len(), 34);
+    let pool = pool(2, 1);
+    let (tx, rx) = mpsc::channel();
+    for (i, (path, _)) in set.iter().enumerate() {
+        let tx = tx.clone();
+        pool.submit_file(Job {
+            audio: load(path, OUTPUT_RATE),
+            language: "en".into(),
+            reply: Box::new(move |r| tx.send((i, r)).unwrap()),
+        })
+        .unwrap();
+    }
+    drop(tx);
+    let mut results: Vec<(usize, Transcript)> = rx.iter().map(|(i, r)| (i, r.unwrap())).collect();
+    results.sort_by_key(|(i, _)| *i);
+    assert_eq!(results.len(), set.len());
+    let mut total = WerCount::default();
+    for ((path, reference), (_, t)) in set.iter().zip(&results) {
+        let count = wer(reference, &t.text);
+        println!(
+            "{:<28} wer {:>5.1}%  conf {:.2}  {:?}",
+            path.file_name().unwrap().to_string_lossy(),
+            100.0 * count.rate(),
+            t.confidence,
+            t.text
+        );
+        total = total + count;
+        assert!(!t.text.is_empty(), "{} gave no text", path.display());
+        // Word timings lie inside the utterance and run forward.
+        let len = 0.01 + load(path, OUTPUT_RATE).len() as f64 / OUTPUT_RATE as f64;
+        assert!(!t.words.is_empty(), "{} has no word timings", path.display());
+        for w in t.words.windows(2) {
+            assert!(w[0].start <= w[1].start && w[0].end <= w[1].end + 1e-9, "{:?}", t.words);
+        }
+        assert!(t.words.iter().all(|w| w.start >= 0.0 && w.end <= len && w.start <= w.end));
+    }
+    println!("WER {:.1}% over {} words", 100.0 * total.rate(), total.reference_words);
+    assert!(total.rate() <= 0.15, "WER {:.1}%", 100.0 * total.rate());
+}
+
+#[test]
+fn non_speech_gives_no_text_and_no_utterance() {
+    let mut engine = WhisperEngine::load(&model_dir(), WhisperSettings::default()).unwrap();
+    for path in nonspeech() {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        // The guard, with the whole file (up to 30 s) handed straight to the engine.
+        let audio = load(&path, OUTPUT_RATE);
+        let t = engine.transcribe(&[&audio], "en").unwrap().remove(0);
+        assert!(t.text.is_empty(), "{name}: engine wrote {:?} (no-speech {:.2}, logprob {:.2})", t.text, t.no_speech_prob, t.avg_logprob);
+        // The VAD, on the 8 kHz signal.
+        let mut seg = Segmenter::new(VadConfig::default());
+        let mut found = Vec::new();
+        let pcm = i16_of(&load(&path, 8_000));
+        seg.push(&pcm, &mut |u| found.push((u.start_secs(), u.duration_secs())));
+        seg.finish(&mut |u| found.push((u.start_secs(), u.duration_secs())));
+        assert!(found.is_empty(), "{name}: VAD found utterances {found:?}");
+    }
+}
+
+#[test]
+fn vad_finds_the_speech_in_every_speech_fixture() {
+    for (path, _) in telephone_set() {
+        let pcm = i16_of(&load(&path, 8_000));
+        let mut seg = Segmenter::new(VadConfig::default());
+        let mut spoken = 0.0;
+        seg.push(&pcm, &mut |u| spoken += u.duration_secs());
+        seg.finish(&mut |u| spoken += u.duration_secs());
+        let length = pcm.len() as f64 / 8_000.0;
+        assert!(spoken >= 0.5 * length.min(2.0), "{}: {spoken:.2} s of speech in {length:.2} s", path.display());
+        assert!(spoken <= length + 0.01);
+    }
+}
+
+#[test]
+fn pool_serves_live_work_first_and_batches() {
+    let set = telephone_set();
+    let pool = pool(1, 4);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (done_tx, done_rx) = mpsc::channel();
+    let submit = |name: &'static str, path: &Path, live: bool| {
+        let (order, done_tx) = (order.clone(), done_tx.clone());
+        let job = Job {
+            audio: load(path, OUTPUT_RATE),
+            language: "en".into(),
+            reply: Box::new(move |r| {
+                r.unwrap();
+                order.lock().unwrap().push(name);
+                done_tx.send(()).unwrap();
+            }),
+        };
+        if live {
+            pool.submit_live(job).unwrap()
+        } else {
+            pool.submit_file(job).unwrap()
+        }
+    };
+    // The one worker takes the first file job; while it decodes, more file work and then live
+    // work queue up. The live job must be served before the waiting file jobs.
+    submit("file-0", &set[0].0, false);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    submit("file-1", &set[1].0, false);
+    submit("file-2", &set[2].0, false);
+    submit("live-0", &set[3].0, true);
+    for _ in 0..4 {
+        done_rx.recv().unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order[0], "file-0");
+    assert_eq!(order[1], "live-0", "{order:?}");
+    let snap = pool.snapshot();
+    assert_eq!(snap.utterances, 4);
+    assert!(snap.batches <= 3, "file-1 and file-2 share a batch: {snap:?}");
+    // A full live queue refuses at once instead of waiting.
+    assert!(pool.submit_live(Job { audio: vec![0.0; 16], language: "xx".into(), reply: Box::new(|_| {}) }).is_ok());
+}
