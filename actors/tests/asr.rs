@@ -186,3 +186,32 @@ fn pool_serves_live_work_first_and_batches() {
     // A full live queue refuses at once instead of waiting.
     assert!(pool.submit_live(Job { audio: vec![0.0; 16], language: "xx".into(), reply: Box::new(|_| {}) }).is_ok());
 }
+
+#[test]
+fn stereo_call_recording_gives_segments_on_both_channels_in_time_order() {
+    use callstream_actors::asr::file::transcribe_channels;
+    let bytes = std::fs::read(root().join("fixtures/genesys-test-transcript-connector.wav")).unwrap();
+    let audio = decode(bytes, Some("wav"), OUTPUT_RATE).unwrap();
+    assert_eq!(audio.channels.len(), 2);
+    assert!((audio.duration_secs() - 70.85).abs() < 0.05);
+    let pool = pool(2, 1);
+    let mut last = (0, 0);
+    let segments = transcribe_channels(&pool, &audio.channels, "en", VadConfig::default(), &mut |done, total| {
+        assert!(done <= total);
+        last = (done, total);
+    })
+    .unwrap();
+    assert_eq!(last.0, last.1, "progress reaches the end");
+    for s in &segments {
+        println!("[{:6.2} - {:6.2}] ch{} ({:.2}) {}", s.start, s.end, s.channel, s.confidence, s.text);
+    }
+    for channel in 0..2 {
+        let n = segments.iter().filter(|s| s.channel == channel).count();
+        assert!(n >= 2, "channel {channel} has {n} segments");
+    }
+    assert!(segments.windows(2).all(|w| w[0].start <= w[1].start));
+    for s in &segments {
+        assert!(s.start < s.end && s.end <= audio.duration_secs() + 0.01);
+        assert!(s.words.iter().all(|w| w.start >= s.start - 0.01 && w.end <= s.end + 0.05), "{s:?}");
+    }
+}

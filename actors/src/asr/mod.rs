@@ -2,6 +2,7 @@
 //! hallucination guard, the worker pool that runs engines on dedicated threads, and the
 //! language list of the loaded model.
 
+pub mod file;
 pub mod guard;
 pub mod languages;
 pub mod pool;

@@ -53,7 +53,8 @@ fn edit_distance(a: &[String], b: &[String]) -> usize {
     prev[b.len()]
 }
 
-/// Lower-case words: digits spelled out, `$N` read as "N dollars", `%` as "percent",
+/// Lower-case words: numbers spelled out (bare strings of five or more digits digit by digit,
+/// as account and phone numbers are read), `$N` read as "N dollars", `%` as "percent",
 /// punctuation and hyphens removed.
 pub fn normalise(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -69,7 +70,11 @@ pub fn normalise(text: &str) -> Vec<String> {
         if word.is_empty() {
             continue;
         }
-        if word.chars().all(|c| c.is_ascii_digit()) {
+        let digits_only = raw.chars().filter(|c| c.is_ascii_digit()).count() == word.len();
+        if word.chars().all(|c| c.is_ascii_digit()) && digits_only && word.len() >= 5 && !raw.contains(',') {
+            // Long bare digit strings are account or phone numbers: read digit by digit.
+            out.extend(word.chars().map(|d| spell(u64::from(d.to_digit(10).unwrap_or(0)))));
+        } else if word.chars().all(|c| c.is_ascii_digit()) {
             match word.parse::<u64>() {
                 Ok(n) if n < 1_000_000_000 => out.extend(spell(n).split(' ').map(str::to_owned)),
                 _ => out.push(word.to_owned()),
@@ -143,6 +148,8 @@ mod tests {
         assert_eq!(wer("a budget of around fifty thousand dollars", "A budget of around $50,000.").edits, 0);
         assert_eq!(wer("four five seven two nine one", "4-5-7-2-9-1").edits, 0);
         assert_eq!(wer("twenty people", "20 people").edits, 0);
+        assert_eq!(wer("my account number is four five seven two nine one", "My account number is 457291.").edits, 0);
+        assert_eq!(wer("fifty thousand", "50,000").edits, 0);
         assert_eq!(wer("I'm the person", "i'm the person!").edits, 0);
         assert_eq!(spell(1_234_567), "one million two hundred thirty four thousand five hundred sixty seven");
         assert_eq!(spell(0), "zero");

@@ -75,6 +75,7 @@ pub fn decode(bytes: Vec<u8>, extension: Option<&str>, rate: usize) -> Result<De
     if bytes.is_empty() {
         return Err(DecodeError::Empty);
     }
+    let bytes = widen_g711_fmt(bytes);
     let stream = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
     let mut hint = Hint::new();
     if let Some(ext) = extension {
@@ -113,6 +114,41 @@ pub fn decode(bytes: Vec<u8>, extension: Option<&str>, rate: usize) -> Result<De
         source_rate,
         codec: codec_name,
     })
+}
+
+/// Many real G.711 WAV files (the Genesys reference recordings among them) carry a 16-byte
+/// `fmt ` chunk, while the format requires 18 for non-PCM codes (with a zero `cbSize`) and
+/// Symphonia insists on it. Such a chunk is widened here; any other input is returned as is.
+fn widen_g711_fmt(bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.len() < 36 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return bytes;
+    }
+    let mut pos = 12;
+    while pos + 8 <= bytes.len() {
+        let id = &bytes[pos..pos + 4];
+        let len = u32::from_le_bytes([bytes[pos + 4], bytes[pos + 5], bytes[pos + 6], bytes[pos + 7]]) as usize;
+        if id == b"fmt " {
+            let tag = bytes.get(pos + 8..pos + 10).map(|t| u16::from_le_bytes([t[0], t[1]]));
+            if len != 16 || !matches!(tag, Some(6 | 7)) {
+                return bytes;
+            }
+            let body_end = pos + 8 + 16;
+            if body_end > bytes.len() {
+                return bytes;
+            }
+            let mut out = Vec::with_capacity(bytes.len() + 2);
+            out.extend_from_slice(&bytes[..pos + 4]);
+            out.extend_from_slice(&18u32.to_le_bytes());
+            out.extend_from_slice(&bytes[pos + 8..body_end]);
+            out.extend_from_slice(&0u16.to_le_bytes());
+            out.extend_from_slice(&bytes[body_end..]);
+            let riff = u32::from_le_bytes([out[4], out[5], out[6], out[7]]).saturating_add(2);
+            out[4..8].copy_from_slice(&riff.to_le_bytes());
+            return out;
+        }
+        pos += 8 + len + (len & 1);
+    }
+    bytes
 }
 
 /// Packets of one track until the end of the stream.
@@ -275,6 +311,21 @@ mod tests {
         assert!((audio.duration_secs() - 1.0).abs() < 1e-9);
         let mid = 8_000;
         assert!((audio.channels[0][mid] + audio.channels[1][mid]).abs() < 1e-4);
+    }
+
+    #[test]
+    fn g711_wav_with_a_16_byte_fmt_chunk_decodes() {
+        // mu-law, stereo, 8 kHz, fmt chunk without cbSize, as the Genesys recordings have it.
+        let mut wav = wav_header(7, 2, 8_000, 8, 1600);
+        wav.extend(std::iter::repeat_n([0xFFu8, 0x80u8], 800).flatten());
+        let audio = decode(wav, Some("wav"), 8_000).unwrap();
+        assert_eq!(audio.channels.len(), 2);
+        assert_eq!(audio.channels[0].len(), 800);
+        assert!(audio.channels[0].iter().all(|&v| v == 0.0));
+        assert!(audio.channels[1][400] > 0.9, "0x80 is mu-law full scale");
+        let mut alaw = wav_header(6, 1, 8_000, 8, 100);
+        alaw.extend([0xD5u8; 100]);
+        assert_eq!(decode(alaw, Some("wav"), 8_000).unwrap().channels[0].len(), 100);
     }
 
     #[test]
