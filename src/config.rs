@@ -29,6 +29,10 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Model files.
     pub models: ModelsConfig,
+    /// Speech-recognition workers.
+    pub asr: AsrConfig,
+    /// Utterance segmentation.
+    pub vad: VadSettings,
     /// Service-wide limits.
     pub limits: LimitsConfig,
     /// Plans by name.
@@ -63,6 +67,58 @@ pub struct ModelsConfig {
     pub whisper: PathBuf,
     /// GGUF file of the embedded LLM.
     pub llm: PathBuf,
+}
+
+/// `[asr]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsrConfig {
+    /// Worker threads, one engine each.
+    pub workers: usize,
+    /// Beam width.
+    pub beam_size: usize,
+    /// Most utterances per engine call.
+    pub max_batch: usize,
+    /// Capacity of the live queue.
+    pub live_queue: usize,
+    /// Capacity of the file queue.
+    pub file_queue: usize,
+}
+
+impl AsrConfig {
+    /// The pool settings.
+    pub fn pool(&self) -> callstream_actors::asr::pool::PoolConfig {
+        callstream_actors::asr::pool::PoolConfig {
+            workers: self.workers,
+            max_batch: self.max_batch,
+            live_queue: self.live_queue,
+            file_queue: self.file_queue,
+        }
+    }
+}
+
+/// `[vad]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VadSettings {
+    /// Non-speech that ends an utterance.
+    pub trailing_silence_ms: u32,
+    /// Speech needed for an utterance to count.
+    pub min_speech_ms: u32,
+    /// Longest utterance.
+    pub max_utterance_ms: u32,
+}
+
+impl VadSettings {
+    /// The segmenter settings.
+    pub fn config(&self) -> callstream_actors::audio::vad::VadConfig {
+        callstream_actors::audio::vad::VadConfig {
+            trailing_silence_ms: self.trailing_silence_ms,
+            min_speech_ms: self.min_speech_ms,
+            max_utterance_ms: self.max_utterance_ms,
+            ..Default::default()
+        }
+    }
 }
 
 /// `[limits]`.
@@ -150,6 +206,16 @@ impl Config {
                 "limits.default_plan {:?} is not one of the plans",
                 self.limits.default_plan
             )));
+        }
+        if self.asr.workers == 0 || self.asr.beam_size == 0 || self.asr.max_batch == 0 {
+            return Err(invalid(
+                "asr.workers, asr.beam_size and asr.max_batch must be at least 1".into(),
+            ));
+        }
+        if !(1_000..=30_000).contains(&self.vad.max_utterance_ms) {
+            return Err(invalid(
+                "vad.max_utterance_ms must be between 1000 and 30000 (Whisper's window)".into(),
+            ));
         }
         if let Some((name, _)) = self.plans.iter().find(|(_, p)| p.rpm == 0) {
             return Err(invalid(format!("plans.{name}.rpm must be at least 1")));

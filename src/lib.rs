@@ -12,5 +12,6 @@ pub mod clock;
 pub mod config;
 pub mod http;
 pub mod server;
+pub mod speech;
 pub mod store;
 pub mod usage;

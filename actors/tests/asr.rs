@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use callstream_actors::asr::pool::{AsrPool, Job, PoolConfig};
-use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
 use callstream_actors::asr::wer::{wer, WerCount};
+use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
 use callstream_actors::asr::{AsrEngine, Transcript};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 use callstream_actors::audio::vad::{Segmenter, VadConfig};
@@ -19,7 +19,10 @@ fn root() -> PathBuf {
 
 fn model_dir() -> PathBuf {
     let dir = root().join("models/whisper-tiny.en");
-    assert!(dir.join("model.bin").exists(), "run scripts/setup.sh --test first");
+    assert!(
+        dir.join("model.bin").exists(),
+        "run scripts/setup.sh --test first"
+    );
     dir
 }
 
@@ -59,13 +62,21 @@ fn pool(workers: usize, max_batch: usize) -> AsrPool {
             max_batch,
             ..PoolConfig::default()
         },
-        move |_| Ok(Box::new(WhisperEngine::load(&dir, WhisperSettings::default())?) as Box<dyn AsrEngine>),
+        move |_| {
+            Ok(
+                Box::new(WhisperEngine::load(&dir, WhisperSettings::default())?)
+                    as Box<dyn AsrEngine>,
+            )
+        },
     )
     .unwrap()
 }
 
 fn i16_of(samples: &[f32]) -> Vec<i16> {
-    samples.iter().map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16).collect()
+    samples
+        .iter()
+        .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16)
+        .collect()
 }
 
 #[test]
@@ -101,13 +112,28 @@ fn telephone_wer_is_at_most_15_percent() {
         assert!(!t.text.is_empty(), "{} gave no text", path.display());
         // Word timings lie inside the utterance and run forward.
         let len = 0.01 + load(path, OUTPUT_RATE).len() as f64 / OUTPUT_RATE as f64;
-        assert!(!t.words.is_empty(), "{} has no word timings", path.display());
+        assert!(
+            !t.words.is_empty(),
+            "{} has no word timings",
+            path.display()
+        );
         for w in t.words.windows(2) {
-            assert!(w[0].start <= w[1].start && w[0].end <= w[1].end + 1e-9, "{:?}", t.words);
+            assert!(
+                w[0].start <= w[1].start && w[0].end <= w[1].end + 1e-9,
+                "{:?}",
+                t.words
+            );
         }
-        assert!(t.words.iter().all(|w| w.start >= 0.0 && w.end <= len && w.start <= w.end));
+        assert!(t
+            .words
+            .iter()
+            .all(|w| w.start >= 0.0 && w.end <= len && w.start <= w.end));
     }
-    println!("WER {:.1}% over {} words", 100.0 * total.rate(), total.reference_words);
+    println!(
+        "WER {:.1}% over {} words",
+        100.0 * total.rate(),
+        total.reference_words
+    );
     assert!(total.rate() <= 0.15, "WER {:.1}%", 100.0 * total.rate());
 }
 
@@ -119,12 +145,20 @@ fn non_speech_gives_no_text_and_no_utterance() {
         // The guard, with the whole file (up to 30 s) handed straight to the engine.
         let audio = load(&path, OUTPUT_RATE);
         let t = engine.transcribe(&[&audio], "en").unwrap().remove(0);
-        assert!(t.text.is_empty(), "{name}: engine wrote {:?} (no-speech {:.2}, logprob {:.2})", t.text, t.no_speech_prob, t.avg_logprob);
+        assert!(
+            t.text.is_empty(),
+            "{name}: engine wrote {:?} (no-speech {:.2}, logprob {:.2})",
+            t.text,
+            t.no_speech_prob,
+            t.avg_logprob
+        );
         // The VAD, on the 8 kHz signal.
         let mut seg = Segmenter::new(VadConfig::default());
         let mut found = Vec::new();
         let pcm = i16_of(&load(&path, 8_000));
-        seg.push(&pcm, &mut |u| found.push((u.start_secs(), u.duration_secs())));
+        seg.push(&pcm, &mut |u| {
+            found.push((u.start_secs(), u.duration_secs()))
+        });
         seg.finish(&mut |u| found.push((u.start_secs(), u.duration_secs())));
         assert!(found.is_empty(), "{name}: VAD found utterances {found:?}");
     }
@@ -139,7 +173,11 @@ fn vad_finds_the_speech_in_every_speech_fixture() {
         seg.push(&pcm, &mut |u| spoken += u.duration_secs());
         seg.finish(&mut |u| spoken += u.duration_secs());
         let length = pcm.len() as f64 / 8_000.0;
-        assert!(spoken >= 0.5 * length.min(2.0), "{}: {spoken:.2} s of speech in {length:.2} s", path.display());
+        assert!(
+            spoken >= 0.5 * length.min(2.0),
+            "{}: {spoken:.2} s of speech in {length:.2} s",
+            path.display()
+        );
         assert!(spoken <= length + 0.01);
     }
 }
@@ -182,28 +220,47 @@ fn pool_serves_live_work_first_and_batches() {
     assert_eq!(order[1], "live-0", "{order:?}");
     let snap = pool.snapshot();
     assert_eq!(snap.utterances, 4);
-    assert!(snap.batches <= 3, "file-1 and file-2 share a batch: {snap:?}");
+    assert!(
+        snap.batches <= 3,
+        "file-1 and file-2 share a batch: {snap:?}"
+    );
     // A full live queue refuses at once instead of waiting.
-    assert!(pool.submit_live(Job { audio: vec![0.0; 16], language: "xx".into(), reply: Box::new(|_| {}) }).is_ok());
+    assert!(pool
+        .submit_live(Job {
+            audio: vec![0.0; 16],
+            language: "xx".into(),
+            reply: Box::new(|_| {})
+        })
+        .is_ok());
 }
 
 #[test]
 fn stereo_call_recording_gives_segments_on_both_channels_in_time_order() {
     use callstream_actors::asr::file::transcribe_channels;
-    let bytes = std::fs::read(root().join("fixtures/genesys-test-transcript-connector.wav")).unwrap();
+    let bytes =
+        std::fs::read(root().join("fixtures/genesys-test-transcript-connector.wav")).unwrap();
     let audio = decode(bytes, Some("wav"), OUTPUT_RATE).unwrap();
     assert_eq!(audio.channels.len(), 2);
     assert!((audio.duration_secs() - 70.85).abs() < 0.05);
     let pool = pool(2, 1);
     let mut last = (0, 0);
-    let segments = transcribe_channels(&pool, &audio.channels, "en", VadConfig::default(), &mut |done, total| {
-        assert!(done <= total);
-        last = (done, total);
-    })
+    let segments = transcribe_channels(
+        &pool,
+        &audio.channels,
+        "en",
+        VadConfig::default(),
+        &mut |done, total| {
+            assert!(done <= total);
+            last = (done, total);
+        },
+    )
     .unwrap();
     assert_eq!(last.0, last.1, "progress reaches the end");
     for s in &segments {
-        println!("[{:6.2} - {:6.2}] ch{} ({:.2}) {}", s.start, s.end, s.channel, s.confidence, s.text);
+        println!(
+            "[{:6.2} - {:6.2}] ch{} ({:.2}) {}",
+            s.start, s.end, s.channel, s.confidence, s.text
+        );
     }
     for channel in 0..2 {
         let n = segments.iter().filter(|s| s.channel == channel).count();
@@ -212,6 +269,11 @@ fn stereo_call_recording_gives_segments_on_both_channels_in_time_order() {
     assert!(segments.windows(2).all(|w| w[0].start <= w[1].start));
     for s in &segments {
         assert!(s.start < s.end && s.end <= audio.duration_secs() + 0.01);
-        assert!(s.words.iter().all(|w| w.start >= s.start - 0.01 && w.end <= s.end + 0.05), "{s:?}");
+        assert!(
+            s.words
+                .iter()
+                .all(|w| w.start >= s.start - 0.01 && w.end <= s.end + 0.05),
+            "{s:?}"
+        );
     }
 }

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
 use callstream_actors::asr::wer::wer;
+use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
 use callstream_actors::asr::AsrEngine;
 use callstream_actors::audio::decode::{decode, DecodeError, OUTPUT_RATE};
 
@@ -28,7 +28,8 @@ fn rms(x: &[f32]) -> f32 {
 #[test]
 fn every_format_decodes_to_the_same_sentence() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/whisper-tiny.en");
-    let mut engine = WhisperEngine::load(&model, WhisperSettings::default()).expect("run scripts/setup.sh --test");
+    let mut engine = WhisperEngine::load(&model, WhisperSettings::default())
+        .expect("run scripts/setup.sh --test");
     let files = [
         ("pcm8-mono-8k.wav", 1, "pcm_u8"),
         ("pcm16-mono-16k.wav", 1, "pcm_s16le"),
@@ -51,20 +52,38 @@ fn every_format_decodes_to_the_same_sentence() {
         assert_eq!(audio.rate, OUTPUT_RATE);
         // MP3 and Vorbis encoders pad a little; nothing may be lost.
         let secs = audio.duration_secs();
-        assert!((SECONDS - 0.01..SECONDS + 0.1).contains(&secs), "{name}: {secs} s");
-        let t = engine.transcribe(&[&audio.channels[0]], "en").unwrap().remove(0);
+        assert!(
+            (SECONDS - 0.01..SECONDS + 0.1).contains(&secs),
+            "{name}: {secs} s"
+        );
+        let t = engine
+            .transcribe(&[&audio.channels[0]], "en")
+            .unwrap()
+            .remove(0);
         let count = wer(SENTENCE, &t.text);
         assert!(count.edits <= 1, "{name}: {:?}", t.text);
         assert!(rms(&audio.channels[0]) > 0.01, "{name} is silent");
         if name == "pcm16-stereo-16k.wav" {
-            assert!(rms(&audio.channels[1]) < 1e-4, "the right channel of {name} is silence");
+            assert!(
+                rms(&audio.channels[1]) < 1e-4,
+                "the right channel of {name} is silence"
+            );
         }
     }
 }
 
 #[test]
 fn bad_files_are_typed_errors() {
-    assert!(matches!(decode_file("not-audio.txt"), Err(DecodeError::Unsupported(_))));
-    assert!(matches!(decode_file("truncated.wav"), Err(DecodeError::Corrupt(_) | DecodeError::Empty)));
-    assert!(matches!(decode_file("not-audio.mp3"), Err(DecodeError::Unsupported(_))));
+    assert!(matches!(
+        decode_file("not-audio.txt"),
+        Err(DecodeError::Unsupported(_))
+    ));
+    assert!(matches!(
+        decode_file("truncated.wav"),
+        Err(DecodeError::Corrupt(_) | DecodeError::Empty)
+    ));
+    assert!(matches!(
+        decode_file("not-audio.mp3"),
+        Err(DecodeError::Unsupported(_))
+    ));
 }

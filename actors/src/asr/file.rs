@@ -42,7 +42,10 @@ impl From<ResampleError> for AsrError {
 pub fn utterances(channel: &[f32], config: VadConfig) -> Result<Vec<(usize, Vec<f32>)>, AsrError> {
     // The VAD works on 8 kHz telephone-band audio; cut the 16 kHz signal where it says.
     let narrow = resample_offline(&[channel.to_vec()], RATE, vad::RATE)?;
-    let pcm: Vec<i16> = narrow[0].iter().map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16).collect();
+    let pcm: Vec<i16> = narrow[0]
+        .iter()
+        .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16)
+        .collect();
     let mut spans = Vec::new();
     let mut seg = Segmenter::new(config);
     let mut push = |u: vad::Utterance| {
@@ -74,7 +77,8 @@ pub fn transcribe_channels(
     let total = pieces.len();
     progress(0, total);
     let (tx, rx) = mpsc::channel();
-    let spans: Vec<(usize, usize, usize)> = pieces.iter().map(|(c, s, a)| (*c, *s, a.len())).collect();
+    let spans: Vec<(usize, usize, usize)> =
+        pieces.iter().map(|(c, s, a)| (*c, *s, a.len())).collect();
     let segments = std::thread::scope(|scope| {
         let submitter = scope.spawn(move || -> Result<(), AsrError> {
             for (i, (_, _, audio)) in pieces.into_iter().enumerate() {
@@ -121,7 +125,9 @@ pub fn transcribe_channels(
                 }
             }
         }
-        let submitted = submitter.join().expect("the submitter thread does not panic");
+        let submitted = submitter
+            .join()
+            .expect("the submitter thread does not panic");
         match (first_error, submitted) {
             (Some(e), _) | (None, Err(e)) => Err(e),
             (None, Ok(())) => Ok(out),

@@ -25,7 +25,9 @@ pub enum Rejection {
 
 /// Judges a transcript; `None` keeps it.
 pub fn judge(t: &Transcript) -> Option<Rejection> {
-    if (t.no_speech_prob > NO_SPEECH_PROB && t.avg_logprob < NO_SPEECH_LOGPROB) || t.avg_logprob < MIN_LOGPROB {
+    if (t.no_speech_prob > NO_SPEECH_PROB && t.avg_logprob < NO_SPEECH_LOGPROB)
+        || t.avg_logprob < MIN_LOGPROB
+    {
         return Some(Rejection::NoSpeech);
     }
     if !has_words(&t.text) {
@@ -68,7 +70,10 @@ fn has_words(text: &str) -> bool {
 fn is_loop(text: &str) -> bool {
     let words: Vec<String> = text
         .split_whitespace()
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
         .filter(|w| !w.is_empty())
         .collect();
     for n in 1..=6 {
@@ -94,6 +99,8 @@ mod tests {
     fn t(text: &str, avg_logprob: f32, no_speech_prob: f32) -> Transcript {
         Transcript {
             text: text.into(),
+            start: 0.0,
+            end: 1.0,
             confidence: avg_logprob.exp(),
             avg_logprob,
             no_speech_prob,
@@ -103,30 +110,54 @@ mod tests {
 
     #[test]
     fn keeps_ordinary_speech() {
-        assert_eq!(judge(&t("I'd like to check my order status.", -0.3, 0.01)), None);
+        assert_eq!(
+            judge(&t("I'd like to check my order status.", -0.3, 0.01)),
+            None
+        );
         assert_eq!(judge(&t("No, no, no.", -0.4, 0.1)), None);
         assert_eq!(judge(&t("It's 42.", -0.5, 0.2)), None);
     }
 
     #[test]
     fn rejects_no_speech_and_unsure_decodes() {
-        assert_eq!(judge(&t("Thank you.", -1.2, 0.8)), Some(Rejection::NoSpeech));
+        assert_eq!(
+            judge(&t("Thank you.", -1.2, 0.8)),
+            Some(Rejection::NoSpeech)
+        );
         assert_eq!(judge(&t("you", -1.9, 0.1)), Some(Rejection::NoSpeech));
     }
 
     #[test]
     fn rejects_annotations_and_symbols() {
-        for text in ["", "...", "♪ ♪", "[MUSIC]", "(phone ringing)", "*beep*", "[BLANK_AUDIO]"] {
-            assert_eq!(judge(&t(text, -0.2, 0.0)), Some(Rejection::NotWords), "{text:?}");
+        for text in [
+            "",
+            "...",
+            "♪ ♪",
+            "[MUSIC]",
+            "(phone ringing)",
+            "*beep*",
+            "[BLANK_AUDIO]",
+        ] {
+            assert_eq!(
+                judge(&t(text, -0.2, 0.0)),
+                Some(Rejection::NotWords),
+                "{text:?}"
+            );
         }
         assert_eq!(judge(&t("[music] Hello there", -0.2, 0.0)), None);
     }
 
     #[test]
     fn rejects_loops() {
-        assert_eq!(judge(&t("Thank you. Thank you. Thank you. Thank you.", -0.2, 0.0)), Some(Rejection::Loop));
+        assert_eq!(
+            judge(&t("Thank you. Thank you. Thank you. Thank you.", -0.2, 0.0)),
+            Some(Rejection::Loop)
+        );
         assert_eq!(judge(&t("so so so so", -0.2, 0.0)), Some(Rejection::Loop));
-        assert_eq!(judge(&t("one two three, one two three, one two three", -0.2, 0.0)), None);
+        assert_eq!(
+            judge(&t("one two three, one two three, one two three", -0.2, 0.0)),
+            None
+        );
     }
 
     #[test]

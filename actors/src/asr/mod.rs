@@ -30,6 +30,12 @@ pub struct Word {
 pub struct Transcript {
     /// The text; empty when the guard found no speech.
     pub text: String,
+    /// Where the speech starts, seconds from the start of the utterance (the first word's
+    /// start, or 0 without word timings).
+    pub start: f64,
+    /// Where the speech ends, seconds from the start of the utterance (the last word's end,
+    /// or the utterance's length without word timings).
+    pub end: f64,
     /// exp(mean token log-probability): 0 to 1.
     pub confidence: f32,
     /// Mean token log-probability, as the decoder scored the hypothesis.
@@ -68,7 +74,11 @@ pub enum AsrError {
 /// and the pool gives each worker thread an engine of its own.
 pub trait AsrEngine: Send {
     /// Recognises a batch of utterances in `language`; one transcript per utterance, in order.
-    fn transcribe(&mut self, utterances: &[&[f32]], language: &str) -> Result<Vec<Transcript>, AsrError>;
+    fn transcribe(
+        &mut self,
+        utterances: &[&[f32]],
+        language: &str,
+    ) -> Result<Vec<Transcript>, AsrError>;
 
     /// Languages the loaded model accepts.
     fn languages(&self) -> &[Language];

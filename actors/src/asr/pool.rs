@@ -112,7 +112,9 @@ pub struct AsrPool {
 
 impl std::fmt::Debug for AsrPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsrPool").field("workers", &self.workers.len()).finish()
+        f.debug_struct("AsrPool")
+            .field("workers", &self.workers.len())
+            .finish()
     }
 }
 
@@ -174,7 +176,9 @@ impl AsrPool {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 self.stats.live_rejected.fetch_add(1, Ordering::Relaxed);
-                Err(AsrError::Unavailable("live transcription queue is full".into()))
+                Err(AsrError::Unavailable(
+                    "live transcription queue is full".into(),
+                ))
             }
             Err(TrySendError::Disconnected(_)) => Err(AsrError::Unavailable("pool stopped".into())),
         }
@@ -233,7 +237,9 @@ fn next_job(live: &Receiver<Job>, file: &Receiver<Job>) -> Option<(Job, bool)> {
         if let Ok(job) = from_file {
             return Some((job, false));
         }
-        if matches!(from_live, Err(TryRecvError::Disconnected)) && matches!(from_file, Err(TryRecvError::Disconnected)) {
+        if matches!(from_live, Err(TryRecvError::Disconnected))
+            && matches!(from_file, Err(TryRecvError::Disconnected))
+        {
             return None;
         }
         let mut select = Select::new();
@@ -243,7 +249,13 @@ fn next_job(live: &Receiver<Job>, file: &Receiver<Job>) -> Option<(Job, bool)> {
     }
 }
 
-fn work(mut engine: Box<dyn AsrEngine>, live: &Receiver<Job>, file: &Receiver<Job>, max_batch: usize, stats: &PoolStats) {
+fn work(
+    mut engine: Box<dyn AsrEngine>,
+    live: &Receiver<Job>,
+    file: &Receiver<Job>,
+    max_batch: usize,
+    stats: &PoolStats,
+) {
     while let Some((first, is_live)) = next_job(live, file) {
         let queue = if is_live { live } else { file };
         let mut batch = vec![first];
@@ -275,10 +287,14 @@ fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
     let audio: Vec<&[f32]> = jobs.iter().map(|j| j.audio.as_slice()).collect();
     let result = engine.transcribe(&audio, &language);
     let audio_ms: u64 = jobs.iter().map(|j| j.audio.len() as u64 / 16).sum();
-    stats.busy_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    stats
+        .busy_ms
+        .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     stats.busy_workers.fetch_sub(1, Ordering::Relaxed);
     stats.batches.fetch_add(1, Ordering::Relaxed);
-    stats.utterances.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+    stats
+        .utterances
+        .fetch_add(jobs.len() as u64, Ordering::Relaxed);
     stats.audio_ms.fetch_add(audio_ms, Ordering::Relaxed);
     match result {
         Ok(transcripts) if transcripts.len() == jobs.len() => {
@@ -287,7 +303,11 @@ fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
             }
         }
         Ok(transcripts) => {
-            let message = format!("engine returned {} transcripts for {} utterances", transcripts.len(), jobs.len());
+            let message = format!(
+                "engine returned {} transcripts for {} utterances",
+                transcripts.len(),
+                jobs.len()
+            );
             for job in jobs {
                 (job.reply)(Err(AsrError::Engine(message.clone())));
             }

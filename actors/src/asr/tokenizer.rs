@@ -17,7 +17,9 @@ pub struct Vocabulary {
 
 /// GPT-2's map from bytes to printable characters, inverted.
 fn unicode_to_bytes() -> HashMap<char, u8> {
-    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let printable = |b: u32| {
+        (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+    };
     let mut map = HashMap::with_capacity(256);
     let mut extra = 0u32;
     for b in 0u32..256 {
@@ -27,7 +29,10 @@ fn unicode_to_bytes() -> HashMap<char, u8> {
             extra += 1;
             255 + extra
         };
-        map.insert(char::from_u32(c).expect("code points below 0x200 are valid"), b as u8);
+        map.insert(
+            char::from_u32(c).expect("code points below 0x200 are valid"),
+            b as u8,
+        );
     }
     map
 }
@@ -36,13 +41,22 @@ impl Vocabulary {
     /// Reads `vocabulary.txt` of a model directory.
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
         let path = model_dir.join("vocabulary.txt");
-        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
-        let tokens: Vec<String> = text.lines().map(str::to_owned).collect();
-        let ids: HashMap<String, usize> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
-        let eot = *ids.get("<|endoftext|>").ok_or_else(|| ModelError::Invalid {
-            path,
-            reason: "no <|endoftext|> token".into(),
+        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+            path: path.clone(),
+            source,
         })?;
+        let tokens: Vec<String> = text.lines().map(str::to_owned).collect();
+        let ids: HashMap<String, usize> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i))
+            .collect();
+        let eot = *ids
+            .get("<|endoftext|>")
+            .ok_or_else(|| ModelError::Invalid {
+                path,
+                reason: "no <|endoftext|> token".into(),
+            })?;
         Ok(Self {
             tokens,
             ids,
@@ -102,7 +116,11 @@ mod tests {
     #[test]
     fn decodes_byte_level_tokens() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("vocabulary.txt"), "Hello\nĠworld\nĠcaf\nÃ©\n<|endoftext|>\n<|notimestamps|>\n").unwrap();
+        std::fs::write(
+            dir.path().join("vocabulary.txt"),
+            "Hello\nĠworld\nĠcaf\nÃ©\n<|endoftext|>\n<|notimestamps|>\n",
+        )
+        .unwrap();
         let v = Vocabulary::load(dir.path()).unwrap();
         assert_eq!(v.eot, 4);
         assert_eq!(v.decode(&[0, 1, 5]), "Hello world");

@@ -46,7 +46,9 @@ fn edit_distance(a: &[String], b: &[String]) -> usize {
     for (i, x) in a.iter().enumerate() {
         cur[0] = i + 1;
         for (j, y) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(x != y)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(x != y))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         std::mem::swap(&mut prev, &mut cur);
     }
@@ -71,9 +73,16 @@ pub fn normalise(text: &str) -> Vec<String> {
             continue;
         }
         let digits_only = raw.chars().filter(|c| c.is_ascii_digit()).count() == word.len();
-        if word.chars().all(|c| c.is_ascii_digit()) && digits_only && word.len() >= 5 && !raw.contains(',') {
+        if word.chars().all(|c| c.is_ascii_digit())
+            && digits_only
+            && word.len() >= 5
+            && !raw.contains(',')
+        {
             // Long bare digit strings are account or phone numbers: read digit by digit.
-            out.extend(word.chars().map(|d| spell(u64::from(d.to_digit(10).unwrap_or(0)))));
+            out.extend(
+                word.chars()
+                    .map(|d| spell(u64::from(d.to_digit(10).unwrap_or(0)))),
+            );
         } else if word.chars().all(|c| c.is_ascii_digit()) {
             match word.parse::<u64>() {
                 Ok(n) if n < 1_000_000_000 => out.extend(spell(n).split(' ').map(str::to_owned)),
@@ -95,10 +104,30 @@ pub fn normalise(text: &str) -> Vec<String> {
 /// An English cardinal number.
 fn spell(n: u64) -> String {
     const ONES: [&str; 20] = [
-        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-        "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
     ];
-    const TENS: [&str; 10] = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
+    const TENS: [&str; 10] = [
+        "", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
     fn below_thousand(n: u64, out: &mut Vec<String>) {
         if n >= 100 {
             out.push(ONES[(n / 100) as usize].into());
@@ -136,7 +165,13 @@ mod tests {
 
     #[test]
     fn counts_substitutions_deletions_insertions() {
-        assert_eq!(wer("the cat sat", "the cat sat"), WerCount { edits: 0, reference_words: 3 });
+        assert_eq!(
+            wer("the cat sat", "the cat sat"),
+            WerCount {
+                edits: 0,
+                reference_words: 3
+            }
+        );
         assert_eq!(wer("the cat sat", "the bat sat down").edits, 2);
         assert_eq!(wer("the cat sat", "cat").edits, 2);
         assert_eq!(wer("", "").rate(), 0.0);
@@ -145,13 +180,30 @@ mod tests {
 
     #[test]
     fn normalises_numbers_money_and_punctuation() {
-        assert_eq!(wer("a budget of around fifty thousand dollars", "A budget of around $50,000.").edits, 0);
+        assert_eq!(
+            wer(
+                "a budget of around fifty thousand dollars",
+                "A budget of around $50,000."
+            )
+            .edits,
+            0
+        );
         assert_eq!(wer("four five seven two nine one", "4-5-7-2-9-1").edits, 0);
         assert_eq!(wer("twenty people", "20 people").edits, 0);
-        assert_eq!(wer("my account number is four five seven two nine one", "My account number is 457291.").edits, 0);
+        assert_eq!(
+            wer(
+                "my account number is four five seven two nine one",
+                "My account number is 457291."
+            )
+            .edits,
+            0
+        );
         assert_eq!(wer("fifty thousand", "50,000").edits, 0);
         assert_eq!(wer("I'm the person", "i'm the person!").edits, 0);
-        assert_eq!(spell(1_234_567), "one million two hundred thirty four thousand five hundred sixty seven");
+        assert_eq!(
+            spell(1_234_567),
+            "one million two hundred thirty four thousand five hundred sixty seven"
+        );
         assert_eq!(spell(0), "zero");
     }
 }

@@ -33,7 +33,10 @@ pub struct WhisperSettings {
 
 impl Default for WhisperSettings {
     fn default() -> Self {
-        Self { beam_size: 5, threads: 1 }
+        Self {
+            beam_size: 5,
+            threads: 1,
+        }
     }
 }
 
@@ -73,8 +76,14 @@ impl WhisperEngine {
             ..Config::default()
         };
         let model = Whisper::new(model_dir, config).map_err(|e| load_err(e.to_string()))?;
-        for special in ["<|startoftranscript|>", "<|notimestamps|>", "<|transcribe|>"] {
-            vocab.id(special).ok_or_else(|| load_err(format!("the vocabulary has no {special} token")))?;
+        for special in [
+            "<|startoftranscript|>",
+            "<|notimestamps|>",
+            "<|transcribe|>",
+        ] {
+            vocab
+                .id(special)
+                .ok_or_else(|| load_err(format!("the vocabulary has no {special} token")))?;
         }
         Ok(Self {
             multilingual: model.is_multilingual(),
@@ -132,7 +141,12 @@ impl WhisperEngine {
         let mut bytes = Vec::new();
         let mut first = 0;
         for t in 0..=n {
-            let starts_word = t == n || (t > first && self.vocab.token(tokens[t]).is_some_and(|s| s.starts_with('Ġ')));
+            let starts_word = t == n
+                || (t > first
+                    && self
+                        .vocab
+                        .token(tokens[t])
+                        .is_some_and(|s| s.starts_with('Ġ')));
             if !starts_word {
                 continue;
             }
@@ -142,7 +156,11 @@ impl WhisperEngine {
             }
             let text = String::from_utf8_lossy(&bytes).trim().to_owned();
             let probs = alignment.text_token_probs.get(first..t).unwrap_or(&[]);
-            let probability = if probs.is_empty() { 0.0 } else { probs.iter().sum::<f32>() / probs.len() as f32 };
+            let probability = if probs.is_empty() {
+                0.0
+            } else {
+                probs.iter().sum::<f32>() / probs.len() as f32
+            };
             if !text.is_empty() {
                 words.push(Word {
                     text,
@@ -162,7 +180,11 @@ fn engine_error(e: impl std::fmt::Display) -> AsrError {
 }
 
 impl AsrEngine for WhisperEngine {
-    fn transcribe(&mut self, utterances: &[&[f32]], language: &str) -> Result<Vec<Transcript>, AsrError> {
+    fn transcribe(
+        &mut self,
+        utterances: &[&[f32]],
+        language: &str,
+    ) -> Result<Vec<Transcript>, AsrError> {
         if utterances.is_empty() {
             return Ok(Vec::new());
         }
@@ -173,7 +195,9 @@ impl AsrEngine for WhisperEngine {
             self.mel.compute_into(audio, out);
         }
         let batch = utterances.len();
-        let features = StorageView::new(&[batch, N_MELS, N_FRAMES], &mut self.features, Device::CPU).map_err(engine_error)?;
+        let features =
+            StorageView::new(&[batch, N_MELS, N_FRAMES], &mut self.features, Device::CPU)
+                .map_err(engine_error)?;
         let encoded = self.model.encode(&features, false).map_err(engine_error)?;
         let options = WhisperOptions {
             beam_size: self.settings.beam_size.max(1),
@@ -191,14 +215,24 @@ impl AsrEngine for WhisperEngine {
             .map(|r| {
                 r.sequences_ids
                     .first()
-                    .map(|ids| ids.iter().copied().filter(|&id| self.vocab.is_text(id)).collect())
+                    .map(|ids| {
+                        ids.iter()
+                            .copied()
+                            .filter(|&id| self.vocab.is_text(id))
+                            .collect()
+                    })
                     .unwrap_or_default()
             })
             .collect();
-        let num_frames: Vec<usize> = utterances.iter().map(|u| (u.len() / HOP).clamp(1, N_FRAMES)).collect();
+        let num_frames: Vec<usize> = utterances
+            .iter()
+            .map(|u| (u.len() / HOP).clamp(1, N_FRAMES))
+            .collect();
         let start: Vec<usize> = prompt.iter().filter_map(|t| self.vocab.id(t)).collect();
         let alignments = if texts.iter().any(|t| !t.is_empty()) {
-            self.model.align(&encoded, &start, &texts, &num_frames, 7).map_err(engine_error)?
+            self.model
+                .align(&encoded, &start, &texts, &num_frames, 7)
+                .map_err(engine_error)?
         } else {
             Vec::new()
         };
@@ -206,12 +240,22 @@ impl AsrEngine for WhisperEngine {
         let mut out = Vec::with_capacity(batch);
         for (i, result) in results.iter().enumerate() {
             let avg_logprob = result.scores.first().copied().unwrap_or(f32::NEG_INFINITY);
+            let words = alignments
+                .get(i)
+                .map(|a| self.words(&texts[i], a))
+                .unwrap_or_default();
+            let length = utterances[i].len() as f64 / crate::audio::mel::SAMPLE_RATE as f64;
             let mut transcript = Transcript {
                 text: self.vocab.decode(&texts[i]).trim().to_owned(),
+                start: words.first().map_or(0.0, |w| w.start),
+                end: words.last().map_or(length, |w| w.end.min(length)),
                 confidence: avg_logprob.exp().clamp(0.0, 1.0),
                 avg_logprob,
                 no_speech_prob: result.no_speech_prob,
-                words: alignments.get(i).map(|a| self.words(&texts[i], a)).unwrap_or_default(),
+                words: alignments
+                    .get(i)
+                    .map(|a| self.words(&texts[i], a))
+                    .unwrap_or_default(),
             };
             guard::apply(&mut transcript);
             out.push(transcript);

@@ -41,7 +41,9 @@ pub struct DecodedAudio {
 impl DecodedAudio {
     /// Duration in seconds.
     pub fn duration_secs(&self) -> f64 {
-        self.channels.first().map_or(0.0, |c| c.len() as f64 / self.rate as f64)
+        self.channels
+            .first()
+            .map_or(0.0, |c| c.len() as f64 / self.rate as f64)
     }
 }
 
@@ -71,7 +73,11 @@ fn classify(e: SymphoniaError) -> DecodeError {
 
 /// Decodes a whole file held in memory to `rate` Hz ([`OUTPUT_RATE`] for the speech engine).
 /// `extension` (without the dot), when known, helps the format probe.
-pub fn decode(bytes: Vec<u8>, extension: Option<&str>, rate: usize) -> Result<DecodedAudio, DecodeError> {
+pub fn decode(
+    bytes: Vec<u8>,
+    extension: Option<&str>,
+    rate: usize,
+) -> Result<DecodedAudio, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Empty);
     }
@@ -82,9 +88,16 @@ pub fn decode(bytes: Vec<u8>, extension: Option<&str>, rate: usize) -> Result<De
         hint.with_extension(ext);
     }
     let probed = symphonia::default::get_probe()
-        .format(&hint, stream, &FormatOptions::default(), &MetadataOptions::default())
+        .format(
+            &hint,
+            stream,
+            &FormatOptions::default(),
+            &MetadataOptions::default(),
+        )
         .map_err(|e| match e {
-            SymphoniaError::Unsupported(_) => DecodeError::Unsupported("not a recognised audio container".into()),
+            SymphoniaError::Unsupported(_) => {
+                DecodeError::Unsupported("not a recognised audio container".into())
+            }
             other => classify(other),
         })?;
     let mut format = probed.format;
@@ -97,7 +110,16 @@ pub fn decode(bytes: Vec<u8>, extension: Option<&str>, rate: usize) -> Result<De
     let params = track.codec_params.clone();
     let codec_name = symphonia::default::get_codecs()
         .get_codec(params.codec)
-        .map_or_else(|| if params.codec == CODEC_TYPE_OPUS { "opus".to_owned() } else { "unknown".to_owned() }, |d| d.short_name.to_owned());
+        .map_or_else(
+            || {
+                if params.codec == CODEC_TYPE_OPUS {
+                    "opus".to_owned()
+                } else {
+                    "unknown".to_owned()
+                }
+            },
+            |d| d.short_name.to_owned(),
+        );
 
     let (channels, source_rate) = if params.codec == CODEC_TYPE_OPUS {
         decode_opus(&mut *format, track_id, &params)?
@@ -107,7 +129,8 @@ pub fn decode(bytes: Vec<u8>, extension: Option<&str>, rate: usize) -> Result<De
     if channels.is_empty() || channels[0].is_empty() {
         return Err(DecodeError::Empty);
     }
-    let channels = resample_offline(&channels, source_rate as usize, rate).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+    let channels = resample_offline(&channels, source_rate as usize, rate)
+        .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
     Ok(DecodedAudio {
         channels,
         rate,
@@ -126,9 +149,16 @@ fn widen_g711_fmt(bytes: Vec<u8>) -> Vec<u8> {
     let mut pos = 12;
     while pos + 8 <= bytes.len() {
         let id = &bytes[pos..pos + 4];
-        let len = u32::from_le_bytes([bytes[pos + 4], bytes[pos + 5], bytes[pos + 6], bytes[pos + 7]]) as usize;
+        let len = u32::from_le_bytes([
+            bytes[pos + 4],
+            bytes[pos + 5],
+            bytes[pos + 6],
+            bytes[pos + 7],
+        ]) as usize;
         if id == b"fmt " {
-            let tag = bytes.get(pos + 8..pos + 10).map(|t| u16::from_le_bytes([t[0], t[1]]));
+            let tag = bytes
+                .get(pos + 8..pos + 10)
+                .map(|t| u16::from_le_bytes([t[0], t[1]]));
             if len != 16 || !matches!(tag, Some(6 | 7)) {
                 return bytes;
             }
@@ -152,11 +182,17 @@ fn widen_g711_fmt(bytes: Vec<u8>) -> Vec<u8> {
 }
 
 /// Packets of one track until the end of the stream.
-fn packets(format: &mut dyn FormatReader, track_id: u32, mut each: impl FnMut(&[u8], &symphonia::core::formats::Packet) -> Result<(), DecodeError>) -> Result<(), DecodeError> {
+fn packets(
+    format: &mut dyn FormatReader,
+    track_id: u32,
+    mut each: impl FnMut(&[u8], &symphonia::core::formats::Packet) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
     loop {
         let packet = match format.next_packet() {
             Ok(p) => p,
-            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Ok(())
+            }
             Err(SymphoniaError::ResetRequired) => return Ok(()),
             Err(e) => return Err(classify(e)),
         };
@@ -187,7 +223,11 @@ fn decode_symphonia(
             // A damaged packet is skipped, as players do, unless the file is mostly damage.
             Err(SymphoniaError::DecodeError(e)) => {
                 bad += 1;
-                return if bad > MAX_BAD_PACKETS { Err(DecodeError::Corrupt(e.to_owned())) } else { Ok(()) };
+                return if bad > MAX_BAD_PACKETS {
+                    Err(DecodeError::Corrupt(e.to_owned()))
+                } else {
+                    Ok(())
+                };
             }
             Err(e) => return Err(classify(e)),
         };
@@ -201,10 +241,15 @@ fn decode_symphonia(
             channels = vec![Vec::new(); n_ch];
         }
         if channels.len() != n_ch {
-            return Err(DecodeError::Corrupt("channel count changes mid-stream".into()));
+            return Err(DecodeError::Corrupt(
+                "channel count changes mid-stream".into(),
+            ));
         }
         let needed = decoded.capacity() as u64;
-        if buf.as_ref().is_none_or(|b| (b.capacity() as u64) < needed * n_ch as u64) {
+        if buf
+            .as_ref()
+            .is_none_or(|b| (b.capacity() as u64) < needed * n_ch as u64)
+        {
             buf = Some(SampleBuffer::new(needed, spec));
         }
         let sb = buf.as_mut().expect("set just above");
@@ -241,7 +286,8 @@ fn decode_opus(
         .as_deref()
         .filter(|h| h.len() >= 12 && h.starts_with(b"OpusHead"))
         .map_or(0, |h| usize::from(u16::from_le_bytes([h[10], h[11]])));
-    let mut decoder = Decoder::new(SampleRate::Hz48000, channels_kind).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+    let mut decoder = Decoder::new(SampleRate::Hz48000, channels_kind)
+        .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
     // 120 ms is the longest Opus frame.
     let mut pcm = vec![0f32; 5760 * n_ch];
     let mut channels: Vec<Vec<f32>> = vec![Vec::new(); n_ch];
@@ -251,7 +297,8 @@ fn decode_opus(
             Ok(p) => p,
             Err(_) => return Ok(()),
         };
-        let out = MutSignals::try_from(&mut pcm[..]).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+        let out =
+            MutSignals::try_from(&mut pcm[..]).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
         match decoder.decode_float(Some(packet), out, false) {
             Ok(frames) => {
                 for frame in pcm[..frames * n_ch].chunks_exact(n_ch) {
@@ -263,7 +310,11 @@ fn decode_opus(
             }
             Err(e) => {
                 bad += 1;
-                if bad > MAX_BAD_PACKETS { Err(DecodeError::Corrupt(e.to_string())) } else { Ok(()) }
+                if bad > MAX_BAD_PACKETS {
+                    Err(DecodeError::Corrupt(e.to_string()))
+                } else {
+                    Ok(())
+                }
             }
         }
     })?;
@@ -325,14 +376,30 @@ mod tests {
         assert!(audio.channels[1][400] > 0.9, "0x80 is mu-law full scale");
         let mut alaw = wav_header(6, 1, 8_000, 8, 100);
         alaw.extend([0xD5u8; 100]);
-        assert_eq!(decode(alaw, Some("wav"), 8_000).unwrap().channels[0].len(), 100);
+        assert_eq!(
+            decode(alaw, Some("wav"), 8_000).unwrap().channels[0].len(),
+            100
+        );
     }
 
     #[test]
     fn bad_input_is_a_typed_error() {
-        assert!(matches!(decode(Vec::new(), None, OUTPUT_RATE), Err(DecodeError::Empty)));
-        assert!(matches!(decode(b"hello, this is not audio at all".to_vec(), None, OUTPUT_RATE), Err(DecodeError::Unsupported(_))));
+        assert!(matches!(
+            decode(Vec::new(), None, OUTPUT_RATE),
+            Err(DecodeError::Empty)
+        ));
+        assert!(matches!(
+            decode(
+                b"hello, this is not audio at all".to_vec(),
+                None,
+                OUTPUT_RATE
+            ),
+            Err(DecodeError::Unsupported(_))
+        ));
         let header_only = wav_header(1, 1, 8_000, 16, 0);
-        assert!(matches!(decode(header_only, Some("wav"), OUTPUT_RATE), Err(DecodeError::Empty) | Err(DecodeError::Corrupt(_))));
+        assert!(matches!(
+            decode(header_only, Some("wav"), OUTPUT_RATE),
+            Err(DecodeError::Empty) | Err(DecodeError::Corrupt(_))
+        ));
     }
 }

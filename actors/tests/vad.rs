@@ -1,0 +1,86 @@
+//! Segmentation of real speech: long speech is split under the cap at a quiet point, and
+//! chunking of the input never changes the result.
+
+use std::path::Path;
+
+use callstream_actors::audio::decode::decode;
+use callstream_actors::audio::vad::{Segmenter, Utterance, VadConfig, FRAME};
+
+fn speech_8k() -> Vec<i16> {
+    // The LibriVox readings and the hibari sentences back to back: over a minute of speech
+    // with only short pauses.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/telephone/speech");
+    let mut names: Vec<String> = ["0870", "0880", "0890", "0920", "0930"]
+        .iter()
+        .map(|id| format!("real-librivox-{id}.wav"))
+        .collect();
+    names.extend((0..12).map(|i| format!("tts-hibari-{i:02}.wav")));
+    let mut all = Vec::new();
+    for name in names {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let audio = decode(bytes, Some("wav"), 8_000).unwrap();
+        all.extend(
+            audio.channels[0]
+                .iter()
+                .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16),
+        );
+    }
+    all
+}
+
+fn segment(samples: &[i16], config: VadConfig, chunk: usize) -> Vec<Utterance> {
+    let mut seg = Segmenter::new(config);
+    let mut out = Vec::new();
+    for piece in samples.chunks(chunk) {
+        seg.push(piece, &mut |u| out.push(u));
+    }
+    seg.finish(&mut |u| out.push(u));
+    out
+}
+
+fn level_db(x: &[i16]) -> f64 {
+    let e: f64 = x.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>() / x.len().max(1) as f64;
+    10.0 * (e.max(1e-3) / (32768.0f64 * 32768.0)).log10()
+}
+
+#[test]
+fn long_speech_is_split_under_the_cap_at_a_quiet_point() {
+    let speech = speech_8k();
+    assert!(speech.len() > 25 * 8_000);
+    let config = VadConfig {
+        max_utterance_ms: 8_000,
+        // Nothing ends on silence: only the cap cuts.
+        trailing_silence_ms: 60_000,
+        ..VadConfig::default()
+    };
+    let utterances = segment(&speech, config, 1_600);
+    assert!(utterances.len() >= 4, "{} utterances", utterances.len());
+    for u in &utterances {
+        assert!(u.samples.len() <= 8 * 8_000, "{:.2} s", u.duration_secs());
+    }
+    // Consecutive pieces of a split abut, and each cut is at one of the quieter frames of the
+    // stretch it was chosen from.
+    for pair in utterances.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.start + a.samples.len() as u64 == b.start {
+            let cut = a.start as usize + a.samples.len();
+            let at = level_db(&speech[cut..cut + FRAME]);
+            let window = &speech[cut - 2 * 8_000..cut];
+            let mut levels: Vec<f64> = window.chunks(FRAME).map(level_db).collect();
+            levels.sort_by(f64::total_cmp);
+            let median = levels[levels.len() / 2];
+            assert!(at <= median, "cut at {at:.1} dB, median {median:.1} dB");
+        }
+    }
+}
+
+#[test]
+fn chunking_does_not_change_the_segmentation() {
+    let speech = speech_8k();
+    let reference = segment(&speech, VadConfig::default(), speech.len());
+    assert!(!reference.is_empty());
+    for chunk in [1usize, 80, 159, 160, 1_600, 3_333] {
+        let got = segment(&speech, VadConfig::default(), chunk);
+        assert_eq!(got, reference, "chunk {chunk}");
+    }
+}
