@@ -7,6 +7,8 @@ use callstream_actors::asr::{model_languages, Language, ModelError};
 use crate::admin::Admin;
 use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::llm::chat::{ChatService, ChatSettings};
+use crate::llm::{LlmError, Provider};
 use crate::store::crypto::KeyError;
 use crate::store::{SecretBox, SledStore, Store, StoreError};
 
@@ -23,6 +25,10 @@ pub struct App {
     pub languages: Arc<Vec<Language>>,
     /// Administrative operations.
     pub admin: Admin,
+    /// The language model.
+    pub llm: Arc<dyn Provider>,
+    /// Chat turns over the language model.
+    pub chat: ChatService,
 }
 
 /// Why the service could not be put together.
@@ -40,6 +46,9 @@ pub enum OpenError {
     /// The speech model is missing or unreadable.
     #[error("speech model: {0} (scripts/setup.sh installs it)")]
     Model(#[from] ModelError),
+    /// The language model could not be loaded or reached.
+    #[error("language model: {0} (scripts/setup.sh installs the embedded one)")]
+    Llm(#[from] LlmError),
 }
 
 /// Opens the store of `config`'s data directory, creating it on first use.
@@ -56,7 +65,17 @@ impl App {
         let config = Arc::new(config);
         let languages = model_languages(&config.models.whisper)?;
         let store = open_store(&config)?;
+        let llm = crate::llm::build_provider(&config)?;
+        let chat = ChatService::new(
+            llm.clone(),
+            ChatSettings {
+                max_tool_iterations: config.llm.max_tool_iterations,
+                mcp_timeout: std::time::Duration::from_millis(config.llm.mcp_timeout_ms),
+            },
+        );
         Ok(Self {
+            llm,
+            chat,
             auth: Arc::new(Authenticator::new(config.clone(), store.clone())),
             admin: Admin::new(config.clone(), store.clone()),
             languages: Arc::new(languages),

@@ -29,6 +29,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Model files.
     pub models: ModelsConfig,
+    /// Language model.
+    pub llm: LlmConfig,
     /// Speech-recognition workers.
     pub asr: AsrConfig,
     /// Utterance segmentation.
@@ -67,6 +69,52 @@ pub struct ModelsConfig {
     pub whisper: PathBuf,
     /// GGUF file of the embedded LLM.
     pub llm: PathBuf,
+}
+
+/// Which language model serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmProviderKind {
+    /// llama.cpp in this process.
+    Embedded,
+    /// An OpenAI-compatible API.
+    Upstream,
+}
+
+/// `[llm]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Which model serves.
+    pub provider: LlmProviderKind,
+    /// CPU threads of the embedded model.
+    pub threads: u32,
+    /// Context window of the embedded model.
+    pub context_tokens: u32,
+    /// Requests that may wait for the embedded model.
+    pub queue: usize,
+    /// Most model calls per chat turn with tools.
+    pub max_tool_iterations: usize,
+    /// Timeout of each MCP step, in milliseconds.
+    pub mcp_timeout_ms: u64,
+    /// The upstream API.
+    pub upstream: UpstreamSettings,
+}
+
+/// `[llm.upstream]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSettings {
+    /// Base URL.
+    pub base_url: String,
+    /// Bearer token.
+    pub api_key: String,
+    /// Model name.
+    pub model: String,
+    /// Response timeout, milliseconds.
+    pub timeout_ms: u64,
+    /// Connect timeout, milliseconds.
+    pub connect_timeout_ms: u64,
 }
 
 /// `[asr]`.
@@ -206,6 +254,19 @@ impl Config {
                 "limits.default_plan {:?} is not one of the plans",
                 self.limits.default_plan
             )));
+        }
+        if self.llm.provider == LlmProviderKind::Upstream
+            && (self.llm.upstream.base_url.is_empty() || self.llm.upstream.model.is_empty())
+        {
+            return Err(invalid(
+                "llm.provider is \"upstream\": set llm.upstream.base_url and llm.upstream.model"
+                    .into(),
+            ));
+        }
+        if self.llm.context_tokens < 512 || self.llm.threads == 0 {
+            return Err(invalid(
+                "llm.context_tokens must be at least 512 and llm.threads at least 1".into(),
+            ));
         }
         if self.asr.workers == 0 || self.asr.beam_size == 0 || self.asr.max_batch == 0 {
             return Err(invalid(

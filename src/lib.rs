@@ -11,6 +11,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod http;
+pub mod llm;
 pub mod server;
 pub mod speech;
 pub mod store;

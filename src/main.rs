@@ -70,6 +70,38 @@ enum OrgCommand {
         /// Organisation id.
         org: String,
     },
+    /// Set the system prompt applied before every chat of the organisation.
+    SetPrompt {
+        /// Organisation id.
+        org: String,
+        /// The prompt (omit with --clear).
+        #[arg(required_unless_present = "clear")]
+        prompt: Option<String>,
+        /// Remove the prompt.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Set the MCP server (Streamable HTTP) whose tools chat may use.
+    SetMcp {
+        /// Organisation id.
+        org: String,
+        /// Endpoint URL (omit with --clear).
+        #[arg(long, required_unless_present = "clear")]
+        url: Option<String>,
+        /// A header sent to it, NAME=VALUE; repeat for more.
+        #[arg(long = "header", value_parser = parse_header)]
+        headers: Vec<(String, String)>,
+        /// Remove the MCP server.
+        #[arg(long)]
+        clear: bool,
+    },
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
 #[derive(Subcommand)]
@@ -146,6 +178,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Org(OrgCommand::Create { name, plan }) => AdminRequest::OrgCreate { name, plan },
         Command::Org(OrgCommand::List) => AdminRequest::OrgList,
         Command::Org(OrgCommand::Delete { org }) => AdminRequest::OrgDelete { org },
+        Command::Org(OrgCommand::SetPrompt { org, prompt, clear }) => AdminRequest::OrgSetPrompt {
+            org,
+            system_prompt: if clear { None } else { prompt },
+        },
+        Command::Org(OrgCommand::SetMcp {
+            org,
+            url,
+            headers,
+            clear,
+        }) => AdminRequest::OrgSetMcp {
+            org,
+            mcp: match url {
+                Some(url) if !clear => Some(callstream::store::McpIntegration {
+                    url,
+                    headers: headers.into_iter().collect(),
+                }),
+                _ => None,
+            },
+        },
         Command::Key(KeyCommand::Create { org, name }) => AdminRequest::KeyCreate { org, name },
         Command::Key(KeyCommand::List { org }) => AdminRequest::KeyList { org },
         Command::Key(KeyCommand::Revoke { key }) => AdminRequest::KeyRevoke { key },

@@ -151,3 +151,27 @@ impl QuotaGate for Quotas {
         Ok(Allowance::Remaining(quota.saturating_sub(used)))
     }
 }
+
+/// Appends a usage event for `caller` and waits until it is durable. Runs the store write on
+/// a blocking thread: it ends in an fsync.
+pub async fn record(
+    store: Arc<dyn Store>,
+    caller: &crate::auth::Caller,
+    kind: UsageKind,
+    amount: u64,
+    source: callstream_actors::usage::UsageSource,
+    end_user: Option<String>,
+) -> Result<(), UsageError> {
+    let event = callstream_actors::usage::UsageEvent {
+        org_id: caller.org.id.clone(),
+        key_id: caller.key.id.clone(),
+        end_user,
+        kind,
+        amount,
+        source,
+        at_ms: clock::now_ms(),
+    };
+    tokio::task::spawn_blocking(move || store.record(&event))
+        .await
+        .map_err(|e| UsageError::Store(format!("billing task failed: {e}")))?
+}

@@ -33,6 +33,20 @@ pub enum AdminRequest {
         /// Organisation id.
         org: String,
     },
+    /// Set or clear an organisation's system prompt.
+    OrgSetPrompt {
+        /// Organisation id.
+        org: String,
+        /// The prompt; `None` clears it.
+        system_prompt: Option<String>,
+    },
+    /// Set or clear an organisation's MCP server.
+    OrgSetMcp {
+        /// Organisation id.
+        org: String,
+        /// The server; `None` clears it.
+        mcp: Option<crate::store::McpIntegration>,
+    },
     /// Create an API key; the response holds its secret, once.
     KeyCreate {
         /// Organisation id.
@@ -310,6 +324,26 @@ impl Admin {
                     org.deleted = true;
                     self.store.update_org(&org)?;
                 }
+                Ok(AdminResponse::Org(org_view(&org)))
+            }
+            AdminRequest::OrgSetPrompt { org, system_prompt } => {
+                let mut org = self.org(&org, true)?;
+                org.system_prompt = system_prompt.filter(|p| !p.trim().is_empty());
+                self.store.update_org(&org)?;
+                Ok(AdminResponse::Org(org_view(&org)))
+            }
+            AdminRequest::OrgSetMcp { org, mcp } => {
+                let mut org = self.org(&org, true)?;
+                if let Some(m) = &mcp {
+                    if !(m.url.starts_with("http://") || m.url.starts_with("https://")) {
+                        return Err(AdminError::Invalid(format!(
+                            "MCP URL {:?} must be http:// or https://",
+                            m.url
+                        )));
+                    }
+                }
+                org.mcp = mcp;
+                self.store.update_org(&org)?;
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::KeyCreate { org, name } => {

@@ -11,6 +11,7 @@ use warp::reply::Response;
 use warp::{Rejection, Reply};
 
 use crate::auth::AuthError;
+use crate::llm::LlmError;
 
 /// An error of a request, as routes raise it.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +27,12 @@ pub enum ApiError {
         /// What is wrong.
         message: String,
     },
+    /// The language model failed or is busy.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// Billing could not be recorded; the answer is withheld.
+    #[error("usage could not be recorded: {0}")]
+    Billing(String),
     /// A failure of ours.
     #[error("internal error: {0}")]
     Internal(String),
@@ -71,6 +78,18 @@ impl ApiError {
                 AuthError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             },
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::Llm(e) => match e {
+                LlmError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "model_busy"),
+                LlmError::ContextOverflow { .. } => {
+                    (StatusCode::BAD_REQUEST, "context_length_exceeded")
+                }
+                LlmError::Upstream(_) => (StatusCode::BAD_GATEWAY, "upstream_error"),
+                LlmError::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+                LlmError::Cancelled | LlmError::Engine(_) => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "model_error")
+                }
+            },
+            ApiError::Billing(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -96,6 +115,7 @@ impl ApiError {
             ApiError::Auth(AuthError::RateLimited { retry_after, .. }) => {
                 Some(retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0))
             }
+            ApiError::Llm(LlmError::Busy) => Some(1),
             _ => None,
         };
         let mut response = json_error(status, code, self.to_string());

@@ -2,10 +2,12 @@
 //! [`errors`], the one place that maps errors to statuses and close codes.
 
 pub mod account;
+pub mod chat;
 pub mod errors;
 pub mod filters;
 pub mod health;
 pub mod languages;
+pub mod realtime;
 
 use std::convert::Infallible;
 
@@ -24,5 +26,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Infallib
 pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
     health::routes()
         .or(languages::routes(app.clone()))
-        .or(account::routes(app))
+        .or(account::routes(app.clone()))
+        .or(chat::routes(app.clone()))
+        .or(realtime::routes(app))
 }

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod mcp;
+pub mod upstream;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,6 +24,18 @@ pub fn whisper_dir() -> PathBuf {
     dir
 }
 
+/// The small LLM installed by `scripts/setup.sh --test`.
+pub fn llm_path() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/setup.sh --test",
+        path.display()
+    );
+    path
+}
+
 /// A data directory and the environment that points the binary at it.
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -28,6 +43,12 @@ pub struct Env {
 }
 
 impl Env {
+    /// An environment with extra variables given as owned pairs.
+    pub fn with(extra: Vec<(&'static str, String)>) -> Self {
+        let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Self::new(&pairs)
+    }
+
     pub fn new(extra: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut vars = vec![
@@ -42,6 +63,16 @@ impl Env {
             (
                 "CALLSTREAM_MODELS__WHISPER".to_owned(),
                 whisper_dir().display().to_string(),
+            ),
+            (
+                "CALLSTREAM_MODELS__LLM".to_owned(),
+                llm_path().display().to_string(),
+            ),
+            // Several test servers share two cores.
+            ("CALLSTREAM_LLM__THREADS".to_owned(), "1".to_owned()),
+            (
+                "CALLSTREAM_LLM__CONTEXT_TOKENS".to_owned(),
+                "4096".to_owned(),
             ),
         ];
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -100,6 +131,12 @@ impl Env {
         )
     }
 
+    /// Sets or replaces an environment variable of the binary.
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.vars.retain(|(k, _)| k != name);
+        self.vars.push((name.to_owned(), value.to_owned()));
+    }
+
     /// Starts `callstream serve` and waits until it listens.
     pub fn serve(&self) -> Server {
         let mut child = self
@@ -116,7 +153,7 @@ impl Env {
             let _ = tx.send(line);
         });
         let line = rx
-            .recv_timeout(Duration::from_secs(60))
+            .recv_timeout(Duration::from_secs(120))
             .expect("the server prints its address");
         let addr: SocketAddr = line
             .trim()
@@ -160,6 +197,30 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// POST JSON to `url` with an API key; returns status and JSON body.
+pub async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let resp = client
+        .post(url)
+        .header("X-API-Key", key)
+        .json(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("every answer is JSON"))
+}
+
+/// Opens the data directory's store (the server must be stopped) to read the ledger.
+pub fn open_store(data_dir: &Path) -> callstream::store::SledStore {
+    let secrets = callstream::store::SecretBox::from_config("", data_dir).unwrap();
+    callstream::store::SledStore::open(data_dir, secrets).unwrap()
 }
 
 /// GET `url` with an optional API key; returns status, headers and JSON body.

@@ -1,0 +1,418 @@
+//! `POST /api/llm/chat/completions`: one chat turn, answered whole.
+//!
+//! Request checks (400 with a code naming the field): `messages` a non-empty array (at most
+//! 256) of `{role: "user"|"assistant"|"system", content: non-empty string}`; `return_markdown`
+//! a boolean (required); `max_tokens` an integer 1-4096 (default 1024); `temperature` 0-2
+//! (default 0.7); `top_p` over 0 up to 1 (default 1); `stop` a string or up to 4 strings;
+//! `frequency_penalty` and `presence_penalty` -2 to 2 (default 0); `seed` a non-negative
+//! integer; `system_prompt` a string layered on the organisation's prompt; `user` an opaque
+//! end-user id (at most 256 characters) recorded with the usage. Other fields are ignored.
+
+use serde::Serialize;
+use serde_json::Value;
+use warp::{Filter, Rejection, Reply};
+
+use callstream_actors::usage::{UsageKind, UsageSource};
+
+use crate::app::App;
+use crate::auth::Caller;
+use crate::http::errors::ApiError;
+use crate::llm::chat::ChatTurn;
+use crate::llm::{FinishReason, Message, Role, Sampling, Usage};
+
+/// Largest request body.
+pub const MAX_BODY: u64 = 1 << 20;
+/// Most messages in a conversation.
+pub const MAX_MESSAGES: usize = 256;
+/// Token cap of realtime turns, fixed by the contract.
+pub const REALTIME_MAX_TOKENS: u32 = 4096;
+/// Temperature of realtime turns, fixed by the contract.
+pub const REALTIME_TEMPERATURE: f32 = 0.2;
+/// Sampling fields only the REST endpoint takes.
+pub const SAMPLING_FIELDS: [&str; 7] = [
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+];
+
+/// A request that failed its checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    /// Stable code.
+    pub code: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn invalid(code: &'static str, message: impl Into<String>) -> Invalid {
+    Invalid {
+        code,
+        message: message.into(),
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(i: Invalid) -> Self {
+        ApiError::BadRequest {
+            code: i.code,
+            message: i.message,
+        }
+    }
+}
+
+/// A checked turn.
+#[derive(Debug, Clone)]
+pub struct ParsedTurn {
+    /// The turn for the chat service.
+    pub turn: ChatTurn,
+    /// End-user id for billing.
+    pub user: Option<String>,
+}
+
+/// Checks the parts REST and realtime share: messages, return_markdown, system_prompt, user.
+pub fn parse_common(
+    body: &Value,
+) -> Result<(Vec<Message>, bool, Option<String>, Option<String>), Invalid> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| invalid("invalid_json", "the body must be a JSON object"))?;
+    let messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            invalid(
+                "invalid_messages",
+                "messages must be an array of {role, content}",
+            )
+        })?;
+    if messages.is_empty() {
+        return Err(invalid("invalid_messages", "messages must not be empty"));
+    }
+    if messages.len() > MAX_MESSAGES {
+        return Err(invalid(
+            "invalid_messages",
+            format!("at most {MAX_MESSAGES} messages"),
+        ));
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let role = match m.get("role").and_then(Value::as_str) {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            Some("system") => Role::System,
+            _ => {
+                return Err(invalid(
+                    "invalid_messages",
+                    format!("messages[{i}].role must be \"user\", \"assistant\" or \"system\""),
+                ))
+            }
+        };
+        let content = m
+            .get("content")
+            .and_then(Value::as_str)
+            .filter(|c| !c.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "invalid_messages",
+                    format!("messages[{i}].content must be a non-empty string"),
+                )
+            })?;
+        out.push(Message::new(role, content));
+    }
+    let return_markdown = match obj.get("return_markdown") {
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(invalid(
+                "invalid_return_markdown",
+                "return_markdown must be a boolean",
+            ))
+        }
+        None => {
+            return Err(invalid(
+                "missing_return_markdown",
+                "return_markdown is required (true or false)",
+            ))
+        }
+    };
+    let system_prompt = match obj.get("system_prompt") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.len() <= 32_000 => Some(s.clone()),
+        Some(_) => {
+            return Err(invalid(
+                "invalid_system_prompt",
+                "system_prompt must be a string of at most 32000 bytes",
+            ))
+        }
+    };
+    let user = match obj.get("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.chars().count() <= 256 => Some(s.clone()),
+        Some(_) => {
+            return Err(invalid(
+                "invalid_user",
+                "user must be a string of at most 256 characters",
+            ))
+        }
+    };
+    Ok((out, return_markdown, system_prompt, user))
+}
+
+fn number(
+    obj: &serde_json::Map<String, Value>,
+    field: &'static str,
+    lo: f64,
+    hi: f64,
+    lo_open: bool,
+) -> Result<Option<f64>, Invalid> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            let x = v
+                .as_f64()
+                .ok_or_else(|| invalid("invalid_sampling", format!("{field} must be a number")))?;
+            let ok = if lo_open { x > lo } else { x >= lo } && x <= hi;
+            if !ok {
+                let open = if lo_open { "over" } else { "from" };
+                return Err(invalid(
+                    "invalid_sampling",
+                    format!("{field} must be {open} {lo} up to {hi}"),
+                ));
+            }
+            Ok(Some(x))
+        }
+    }
+}
+
+/// Checks a REST request body.
+pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
+    let (messages, return_markdown, system_prompt, user) = parse_common(body)?;
+    let obj = body
+        .as_object()
+        .expect("parse_common checked it is an object");
+    let mut sampling = Sampling::default();
+    match obj.get("max_tokens") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=u64::from(REALTIME_MAX_TOKENS)).contains(&n) => {
+                sampling.max_tokens = n as u32
+            }
+            _ => {
+                return Err(invalid(
+                    "invalid_sampling",
+                    "max_tokens must be an integer from 1 to 4096",
+                ))
+            }
+        },
+    }
+    if let Some(t) = number(obj, "temperature", 0.0, 2.0, false)? {
+        sampling.temperature = t as f32;
+    }
+    if let Some(p) = number(obj, "top_p", 0.0, 1.0, true)? {
+        sampling.top_p = p as f32;
+    }
+    if let Some(p) = number(obj, "frequency_penalty", -2.0, 2.0, false)? {
+        sampling.frequency_penalty = p as f32;
+    }
+    if let Some(p) = number(obj, "presence_penalty", -2.0, 2.0, false)? {
+        sampling.presence_penalty = p as f32;
+    }
+    sampling.stop = match obj.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) if !s.is_empty() => vec![s.clone()],
+        Some(Value::Array(a))
+            if a.len() <= 4 && a.iter().all(|s| s.as_str().is_some_and(|s| !s.is_empty())) =>
+        {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        }
+        Some(_) => {
+            return Err(invalid(
+                "invalid_sampling",
+                "stop must be a non-empty string or an array of up to 4 of them",
+            ))
+        }
+    };
+    match obj.get("seed") {
+        None | Some(Value::Null) => {}
+        Some(v) => {
+            sampling.seed = Some(v.as_u64().ok_or_else(|| {
+                invalid("invalid_sampling", "seed must be a non-negative integer")
+            })?)
+        }
+    }
+    Ok(ParsedTurn {
+        turn: ChatTurn {
+            messages,
+            system_prompt,
+            return_markdown,
+            sampling,
+        },
+        user,
+    })
+}
+
+#[derive(Serialize)]
+struct Choice {
+    index: u32,
+    message: AssistantMessage,
+    finish_reason: FinishReason,
+}
+
+#[derive(Serialize)]
+struct AssistantMessage {
+    role: &'static str,
+    content: String,
+}
+
+#[derive(Serialize)]
+struct Response {
+    id: String,
+    object: &'static str,
+    created: i64,
+    model: String,
+    choices: Vec<Choice>,
+    usage: Option<Usage>,
+}
+
+/// `POST /api/llm/chat/completions`.
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
+    warp::path!("api" / "llm" / "chat" / "completions")
+        .and(warp::post())
+        .and(crate::http::filters::billed(app.clone(), UsageKind::Tokens))
+        .and(warp::body::content_length_limit(MAX_BODY))
+        .and(warp::body::bytes())
+        .and_then(move |caller: Caller, body: bytes::Bytes| {
+            let app = app.clone();
+            async move {
+                complete(app, caller, &body)
+                    .await
+                    .map_err(warp::reject::custom)
+            }
+        })
+}
+
+async fn complete(
+    app: App,
+    caller: Caller,
+    body: &[u8],
+) -> Result<warp::reply::Response, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
+        code: "invalid_json",
+        message: format!("the body is not valid JSON: {e}"),
+    })?;
+    let parsed = parse_rest(&value)?;
+    let return_markdown = parsed.turn.return_markdown;
+    let outcome = app.chat.run(&caller.org, parsed.turn, None).await?;
+    if let Some(usage) = outcome.usage {
+        crate::usage::record(
+            app.store.clone(),
+            &caller,
+            UsageKind::Tokens,
+            usage.total_tokens,
+            UsageSource::Chat,
+            parsed.user,
+        )
+        .await
+        .map_err(|e| ApiError::Billing(e.to_string()))?;
+    }
+    let content = if return_markdown {
+        outcome.text
+    } else {
+        crate::llm::markdown::to_plain(&outcome.text)
+    };
+    let response = Response {
+        id: crate::store::new_id("chatcmpl-", 12),
+        object: "chat.completion",
+        created: crate::clock::now_ms() / 1000,
+        model: app.llm.name().to_owned(),
+        choices: vec![Choice {
+            index: 0,
+            message: AssistantMessage {
+                role: "assistant",
+                content,
+            },
+            finish_reason: outcome.finish,
+        }],
+        usage: outcome.usage,
+    };
+    Ok(warp::reply::json(&response).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ok(body: Value) -> ParsedTurn {
+        parse_rest(&body).unwrap()
+    }
+
+    fn err(body: Value) -> &'static str {
+        parse_rest(&body).unwrap_err().code
+    }
+
+    #[test]
+    fn accepts_a_full_request() {
+        let t = ok(
+            json!({"messages": [{"role": "user", "content": "hi"}], "return_markdown": false,
+            "max_tokens": 10, "temperature": 0, "top_p": 0.5, "stop": ["\n\n"], "frequency_penalty": -1,
+            "presence_penalty": 2, "seed": 7, "system_prompt": "Be brief.", "user": "u-1", "model": "ignored"}),
+        );
+        assert_eq!(t.turn.sampling.max_tokens, 10);
+        assert_eq!(t.turn.sampling.stop, ["\n\n"]);
+        assert_eq!(t.turn.sampling.seed, Some(7));
+        assert_eq!(t.user.as_deref(), Some("u-1"));
+        assert!(!t.turn.return_markdown);
+    }
+
+    #[test]
+    fn rejects_bad_fields_with_their_code() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        assert_eq!(err(json!({"messages": m})), "missing_return_markdown");
+        assert_eq!(
+            err(json!({"messages": m, "return_markdown": "yes"})),
+            "invalid_return_markdown"
+        );
+        assert_eq!(
+            err(json!({"messages": [], "return_markdown": true})),
+            "invalid_messages"
+        );
+        assert_eq!(
+            err(json!({"messages": [{"role": "bot", "content": "x"}], "return_markdown": true})),
+            "invalid_messages"
+        );
+        assert_eq!(
+            err(json!({"messages": [{"role": "user", "content": " "}], "return_markdown": true})),
+            "invalid_messages"
+        );
+        assert_eq!(err(json!([1, 2])), "invalid_json");
+        for (field, value) in [
+            ("max_tokens", json!(0)),
+            ("max_tokens", json!(4097)),
+            ("max_tokens", json!(1.5)),
+            ("temperature", json!(2.5)),
+            ("temperature", json!(-0.1)),
+            ("top_p", json!(0)),
+            ("top_p", json!(1.1)),
+            ("frequency_penalty", json!(3)),
+            ("presence_penalty", json!(-2.5)),
+            ("stop", json!(["a", "b", "c", "d", "e"])),
+            ("stop", json!("")),
+            ("seed", json!(-1)),
+            ("temperature", json!("hot")),
+        ] {
+            let mut body = json!({"messages": m, "return_markdown": true});
+            body[field] = value.clone();
+            assert_eq!(err(body), "invalid_sampling", "{field} = {value}");
+        }
+        assert_eq!(
+            err(json!({"messages": m, "return_markdown": true, "user": 5})),
+            "invalid_user"
+        );
+    }
+}

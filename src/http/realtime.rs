@@ -1,0 +1,306 @@
+//! `WSS /api/llm/chat/realtime`: chat turns over one WebSocket, streamed piece by piece.
+//!
+//! Client frame: `{"type": "message", "messages": [...], "return_markdown": bool,
+//! "system_prompt"?: string, "user"?: string}`. Server frames per turn: zero or more
+//! `{"type": "delta", "text"}`, then `{"type": "done", "usage"}`; or `{"type": "error",
+//! "message"}`, after which the connection stays open.
+//!
+//! Lifecycle (spec section 3): a missing or invalid key closes with 4401 right after the
+//! upgrade. Each turn re-checks the key (revoked: 1011 "API key is no longer valid."), the
+//! organisation (deleted: 4404), the key's RPM budget shared with REST (exceeded: error frame)
+//! and the token quota (exhausted: 4402). Between turns too, the key is re-checked every
+//! 250 ms, so a revocation closes an idle session within a second. One turn runs at a time; a
+//! frame that arrives during a turn gets an error frame. Turns run with a fixed cap of 4096
+//! tokens and temperature 0.2; sampling fields are refused.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use warp::ws::{Message as WsMessage, WebSocket, Ws};
+use warp::{Filter, Rejection, Reply};
+
+use callstream_actors::usage::{UsageKind, UsageSource};
+
+use crate::app::App;
+use crate::auth::{AuthError, Caller};
+use crate::http::chat::{parse_common, REALTIME_MAX_TOKENS, REALTIME_TEMPERATURE, SAMPLING_FIELDS};
+use crate::http::errors::ApiError;
+use crate::llm::chat::ChatTurn;
+use crate::llm::markdown::PlainStream;
+use crate::llm::{Sampling, Usage};
+
+/// Largest client frame.
+pub const MAX_FRAME: usize = 1 << 20;
+/// How often an open session re-checks its key.
+const KEY_CHECK: Duration = Duration::from_millis(250);
+/// Close reason when the key is revoked mid-session (fixed by the contract).
+pub const REVOKED_REASON: &str = "API key is no longer valid.";
+
+/// Frames the server sends.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// A piece of the answer.
+    Delta {
+        /// Text.
+        text: String,
+    },
+    /// The end of a turn.
+    Done {
+        /// Tokens billed; `null` when an MCP tool loop hit its cap without a final answer.
+        usage: Option<Usage>,
+    },
+    /// The turn failed; the connection stays open.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// `GET /api/llm/chat/realtime` (WebSocket upgrade).
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
+    warp::path!("api" / "llm" / "chat" / "realtime")
+        .and(warp::ws())
+        .and(warp::header::optional::<String>("x-api-key"))
+        .map(move |ws: Ws, key: Option<String>| {
+            let app = app.clone();
+            ws.max_message_size(MAX_FRAME)
+                .on_upgrade(move |socket| session(app, key, socket))
+        })
+}
+
+fn frame(f: &ServerFrame) -> WsMessage {
+    WsMessage::text(serde_json::to_string(f).expect("server frames always serialize"))
+}
+
+/// What the session must do after a client frame.
+enum Next {
+    /// Send this frame and carry on.
+    Reply(ServerFrame),
+    /// Close with this code and reason.
+    Close(u16, String),
+    /// Run this turn.
+    Turn(Box<ChatTurn>, Option<String>),
+}
+
+fn close_for(e: AuthError) -> (u16, String) {
+    match e {
+        AuthError::InvalidKey | AuthError::MissingKey => (1011, REVOKED_REASON.to_owned()),
+        other => ApiError::Auth(other).close_code(),
+    }
+}
+
+fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            return Next::Reply(ServerFrame::Error {
+                message: format!("the frame is not valid JSON: {e}"),
+            })
+        }
+    };
+    if value.get("type").and_then(Value::as_str) != Some("message") {
+        return Next::Reply(ServerFrame::Error {
+            message: "frames must have \"type\": \"message\"".into(),
+        });
+    }
+    if let Some(field) = SAMPLING_FIELDS.iter().find(|f| value.get(**f).is_some()) {
+        return Next::Reply(ServerFrame::Error {
+            message: format!("{field} is not accepted on realtime chat (turns use 4096 tokens at temperature 0.2)"),
+        });
+    }
+    let (messages, return_markdown, system_prompt, user) = match parse_common(&value) {
+        Ok(parts) => parts,
+        Err(invalid) => {
+            return Next::Reply(ServerFrame::Error {
+                message: invalid.message,
+            })
+        }
+    };
+    // The key and organisation as they are now, not as they were at the handshake.
+    match app.auth.authenticate(Some(key)) {
+        Ok(fresh) => *caller = fresh,
+        Err(e @ (AuthError::Store(_) | AuthError::PlanMissing(_))) => {
+            return Next::Reply(ServerFrame::Error {
+                message: e.to_string(),
+            })
+        }
+        Err(e) => {
+            let (code, reason) = close_for(e);
+            return Next::Close(code, reason);
+        }
+    }
+    if let Err(e) = app.auth.check_rate(caller, Instant::now()) {
+        return Next::Reply(ServerFrame::Error {
+            message: e.to_string(),
+        });
+    }
+    match app
+        .auth
+        .check_quota(caller, UsageKind::Tokens, crate::clock::now_ms())
+    {
+        Ok(()) => {}
+        Err(e @ AuthError::QuotaExhausted(_)) => {
+            let (code, reason) = ApiError::Auth(e).close_code();
+            return Next::Close(code, reason);
+        }
+        Err(e) => {
+            return Next::Reply(ServerFrame::Error {
+                message: e.to_string(),
+            })
+        }
+    }
+    let sampling = Sampling {
+        max_tokens: REALTIME_MAX_TOKENS,
+        temperature: REALTIME_TEMPERATURE,
+        ..Sampling::default()
+    };
+    Next::Turn(
+        Box::new(ChatTurn {
+            messages,
+            system_prompt,
+            return_markdown,
+            sampling,
+        }),
+        user,
+    )
+}
+
+async fn run_turn(
+    app: App,
+    caller: Caller,
+    turn: ChatTurn,
+    user: Option<String>,
+    out: mpsc::Sender<ServerFrame>,
+) {
+    let (delta_tx, mut delta_rx) = mpsc::channel::<String>(64);
+    let markdown = turn.return_markdown;
+    let forward = {
+        let out = out.clone();
+        async move {
+            let mut plain = (!markdown).then(PlainStream::default);
+            while let Some(piece) = delta_rx.recv().await {
+                let text = match plain.as_mut() {
+                    Some(p) => p.push(&piece),
+                    None => piece,
+                };
+                if !text.is_empty() && out.send(ServerFrame::Delta { text }).await.is_err() {
+                    return;
+                }
+            }
+            if let Some(rest) = plain
+                .as_mut()
+                .map(PlainStream::finish)
+                .filter(|r| !r.is_empty())
+            {
+                let _ = out.send(ServerFrame::Delta { text: rest }).await;
+            }
+        }
+    };
+    let org = caller.org.clone();
+    let generate = async move {
+        app.chat
+            .run(&org, turn, Some(delta_tx))
+            .await
+            .map(|o| (o, app))
+    };
+    let (result, ()) = tokio::join!(generate, forward);
+    let last = match result {
+        Ok((outcome, app)) => {
+            let billed = match outcome.usage {
+                Some(usage) => {
+                    crate::usage::record(
+                        app.store.clone(),
+                        &caller,
+                        UsageKind::Tokens,
+                        usage.total_tokens,
+                        UsageSource::Realtime,
+                        user,
+                    )
+                    .await
+                }
+                None => Ok(()),
+            };
+            match billed {
+                Ok(()) => ServerFrame::Done {
+                    usage: outcome.usage,
+                },
+                Err(e) => ServerFrame::Error {
+                    message: format!("usage could not be recorded: {e}"),
+                },
+            }
+        }
+        Err(e) => ServerFrame::Error {
+            message: e.to_string(),
+        },
+    };
+    let _ = out.send(last).await;
+}
+
+async fn session(app: App, key: Option<String>, socket: WebSocket) {
+    let (mut tx, mut rx) = socket.split();
+    let mut caller = match app.auth.authenticate(key.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            let (code, reason) = ApiError::Auth(e).close_code();
+            let _ = tx.send(WsMessage::close_with(code, reason)).await;
+            let _ = tx.close().await;
+            return;
+        }
+    };
+    let key = key.expect("authenticated, so a key was given");
+    let (out_tx, mut out_rx) = mpsc::channel::<ServerFrame>(64);
+    let mut turn: Option<tokio::task::JoinHandle<()>> = None;
+    let mut check = tokio::time::interval(KEY_CHECK);
+    let close = loop {
+        tokio::select! {
+            incoming = rx.next() => {
+                let Some(Ok(msg)) = incoming else { break None };
+                if msg.is_close() {
+                    break None;
+                }
+                let Ok(text) = msg.to_str() else { continue };
+                if turn.as_ref().is_some_and(|t| !t.is_finished()) {
+                    let busy = ServerFrame::Error { message: "a turn is already in progress; wait for its done frame".into() };
+                    if tx.send(frame(&busy)).await.is_err() {
+                        break None;
+                    }
+                    continue;
+                }
+                match on_frame(&app, &key, text, &mut caller) {
+                    Next::Reply(f) => {
+                        if tx.send(frame(&f)).await.is_err() {
+                            break None;
+                        }
+                    }
+                    Next::Close(code, reason) => break Some((code, reason)),
+                    Next::Turn(t, user) => {
+                        turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, out_tx.clone())));
+                    }
+                }
+            }
+            Some(f) = out_rx.recv() => {
+                if tx.send(frame(&f)).await.is_err() {
+                    break None;
+                }
+            }
+            _ = check.tick() => {
+                let live = app.store.api_key(&caller.key.id).ok().flatten().is_some_and(|k| k.revoked_at_ms.is_none());
+                if !live {
+                    break Some((1011, REVOKED_REASON.to_owned()));
+                }
+            }
+        }
+    };
+    if let Some(t) = turn {
+        // Dropping the turn stops the model (its delta channel closes).
+        t.abort();
+    }
+    if let Some((code, reason)) = close {
+        let _ = tx.send(WsMessage::close_with(code, reason)).await;
+    }
+    let _ = tx.close().await;
+}

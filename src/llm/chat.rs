@@ -1,0 +1,224 @@
+//! The chat service shared by the REST and realtime surfaces: it puts the organisation's system
+//! prompt first, layers a per-turn prompt and the output-format instruction on top, offers the
+//! organisation's MCP tools and runs the tool loop, and returns the answer with its usage.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::mcp::McpSession;
+use super::{Deltas, FinishReason, Generation, LlmError, Message, Provider, Role, Sampling, Usage};
+use crate::store::Org;
+
+/// Used when neither the organisation nor the turn gives a system prompt.
+const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant for a contact center.";
+const PLAIN_INSTRUCTION: &str = "Answer in plain prose. Do not use Markdown: no headings, lists, bold or italic text, tables, code blocks or links.";
+const MARKDOWN_INSTRUCTION: &str = "Format the answer in Markdown where it helps readability.";
+
+/// Settings of the chat service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatSettings {
+    /// Most model calls in one turn when tools are used.
+    pub max_tool_iterations: usize,
+    /// Timeout for each MCP step (connect, list, call).
+    pub mcp_timeout: Duration,
+}
+
+/// One turn as a surface hands it over.
+#[derive(Debug, Clone)]
+pub struct ChatTurn {
+    /// The conversation so far (user, assistant and system messages from the client).
+    pub messages: Vec<Message>,
+    /// A system prompt for this turn only, layered on the organisation's.
+    pub system_prompt: Option<String>,
+    /// Markdown (`true`) or plain prose (`false`).
+    pub return_markdown: bool,
+    /// Sampling.
+    pub sampling: Sampling,
+}
+
+/// The answer of a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatOutcome {
+    /// The answer as the model wrote it (plain-text conversion is the surface's job).
+    pub text: String,
+    /// Tokens of every model call of the turn; `None` when the tool loop hit its cap without a
+    /// final answer (nothing is billed then).
+    pub usage: Option<Usage>,
+    /// Why the last model call stopped.
+    pub finish: FinishReason,
+    /// Tool calls made during the turn.
+    pub tool_calls: usize,
+}
+
+/// Runs chat turns against a provider.
+#[derive(Clone)]
+pub struct ChatService {
+    provider: Arc<dyn Provider>,
+    settings: ChatSettings,
+}
+
+impl std::fmt::Debug for ChatService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatService")
+            .field("provider", &self.provider.name())
+            .finish()
+    }
+}
+
+/// The system message of a turn: organisation prompt, then the turn's, then the format rule.
+pub fn system_message(org: &Org, turn_prompt: Option<&str>, return_markdown: bool) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    if let Some(p) = org
+        .system_prompt
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        parts.push(p);
+    }
+    if let Some(p) = turn_prompt.map(str::trim).filter(|p| !p.is_empty()) {
+        parts.push(p);
+    }
+    if parts.is_empty() {
+        parts.push(DEFAULT_SYSTEM_PROMPT);
+    }
+    parts.push(if return_markdown {
+        MARKDOWN_INSTRUCTION
+    } else {
+        PLAIN_INSTRUCTION
+    });
+    parts.join("\n\n")
+}
+
+impl ChatService {
+    /// A service over `provider`.
+    pub fn new(provider: Arc<dyn Provider>, settings: ChatSettings) -> Self {
+        Self { provider, settings }
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// Runs one turn for `org`, streaming the answer's text to `deltas`.
+    pub async fn run(
+        &self,
+        org: &Org,
+        turn: ChatTurn,
+        deltas: Deltas,
+    ) -> Result<ChatOutcome, LlmError> {
+        let mut messages = vec![Message::new(
+            Role::System,
+            system_message(org, turn.system_prompt.as_deref(), turn.return_markdown),
+        )];
+        messages.extend(turn.messages);
+
+        let session = match &org.mcp {
+            Some(integration) => {
+                match McpSession::connect(integration, self.settings.mcp_timeout).await {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        tracing::warn!(org = %org.id, url = %integration.url, error = %e, "MCP server unavailable; answering without tools");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let tools = session
+            .as_ref()
+            .map(|s| s.tools().to_vec())
+            .unwrap_or_default();
+
+        let mut usage = Usage::default();
+        let mut calls_made = 0;
+        let result = async {
+            for _ in 0..self.settings.max_tool_iterations.max(1) {
+                let completion = self
+                    .provider
+                    .generate(
+                        Generation {
+                            messages: messages.clone(),
+                            tools: tools.clone(),
+                            sampling: turn.sampling.clone(),
+                            json_schema: None,
+                        },
+                        deltas.clone(),
+                    )
+                    .await?;
+                usage += completion.usage;
+                let Some(session) = session
+                    .as_ref()
+                    .filter(|_| !completion.tool_calls.is_empty())
+                else {
+                    return Ok(ChatOutcome {
+                        text: completion.text,
+                        usage: Some(usage),
+                        finish: if completion.finish == FinishReason::ToolCalls {
+                            FinishReason::Stop
+                        } else {
+                            completion.finish
+                        },
+                        tool_calls: calls_made,
+                    });
+                };
+                let mut assistant = Message::new(Role::Assistant, completion.text.clone());
+                assistant.tool_calls = completion.tool_calls.clone();
+                messages.push(assistant);
+                for call in &completion.tool_calls {
+                    calls_made += 1;
+                    let output = session.call(call).await;
+                    tracing::debug!(tool = %call.name, "tool called");
+                    let mut result = Message::new(Role::Tool, output);
+                    result.tool_call_id = Some(call.id.clone());
+                    messages.push(result);
+                }
+            }
+            Ok(ChatOutcome {
+                text: String::new(),
+                usage: None,
+                finish: FinishReason::ToolCalls,
+                tool_calls: calls_made,
+            })
+        }
+        .await;
+        if let Some(session) = session {
+            session.close().await;
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn org(prompt: Option<&str>) -> Org {
+        Org {
+            id: "org_1".into(),
+            name: "Acme".into(),
+            system_prompt: prompt.map(str::to_owned),
+            mcp: None,
+            plan: "free".into(),
+            deleted: false,
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn organisation_prompt_comes_first_then_the_turn_then_the_format() {
+        let s = system_message(&org(Some("You work for Acme.")), Some("Be brief."), false);
+        assert_eq!(
+            s,
+            format!("You work for Acme.\n\nBe brief.\n\n{PLAIN_INSTRUCTION}")
+        );
+        let s = system_message(&org(None), None, true);
+        assert_eq!(
+            s,
+            format!("{DEFAULT_SYSTEM_PROMPT}\n\n{MARKDOWN_INSTRUCTION}")
+        );
+        let s = system_message(&org(Some("  ")), Some("Turn only."), true);
+        assert!(s.starts_with("Turn only."));
+    }
+}

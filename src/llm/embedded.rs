@@ -1,0 +1,607 @@
+//! The embedded model: llama.cpp through `llama-cpp-2`, running a GGUF chat model (Qwen2.5
+//! Instruct by default) with the chat template stored in the file.
+//!
+//! One dedicated thread owns the model and its context and runs one generation at a time;
+//! requests wait in a bounded queue in front of it. A request that finds the queue full fails
+//! at once with [`LlmError::Busy`] instead of waiting without bound.
+//!
+//! Tool use follows the format Qwen2.5 was trained on: tools are described in the system
+//! message inside `<tools>` tags, the model answers a call as `<tool_call>{json}</tool_call>`,
+//! and results go back as `<tool_response>` user turns. While the model's text could still be
+//! the start of a tool call or of a stop string it is held back, so a client never sees markup.
+
+use std::num::NonZeroU32;
+use std::path::Path;
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use tokio::sync::oneshot;
+
+use super::{
+    Completion, Deltas, FinishReason, Generation, LlmError, Message, Provider, Role, ToolCall,
+    Usage,
+};
+
+const TOOL_OPEN: &str = "<tool_call>";
+const TOOL_CLOSE: &str = "</tool_call>";
+/// Prompt tokens decoded per llama.cpp call.
+const PROMPT_CHUNK: usize = 512;
+
+/// Settings of the embedded model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedConfig {
+    /// CPU threads for one generation.
+    pub threads: u32,
+    /// Context window in tokens (prompt + answer).
+    pub context_tokens: u32,
+    /// Requests that may wait for the model.
+    pub queue: usize,
+}
+
+struct Job {
+    generation: Generation,
+    deltas: Deltas,
+    done: oneshot::Sender<Result<Completion, LlmError>>,
+}
+
+/// The embedded llama.cpp model behind its queue.
+pub struct EmbeddedLlm {
+    jobs: Sender<Job>,
+    name: String,
+}
+
+impl std::fmt::Debug for EmbeddedLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedLlm")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl EmbeddedLlm {
+    /// Loads the GGUF at `path` on a new thread and returns once it is ready.
+    pub fn load(path: &Path, config: EmbeddedConfig) -> Result<Self, LlmError> {
+        let name = format!(
+            "embedded:{}",
+            path.file_name()
+                .map_or_else(|| "model".into(), |n| n.to_string_lossy())
+        );
+        let (jobs, rx) = bounded::<Job>(config.queue.max(1));
+        let (ready_tx, ready_rx) = bounded::<Result<(), LlmError>>(1);
+        let path = path.to_owned();
+        std::thread::Builder::new()
+            .name("llm".into())
+            .spawn(move || worker(&path, &config, &rx, &ready_tx))
+            .map_err(|e| LlmError::Engine(format!("cannot start the model thread: {e}")))?;
+        ready_rx
+            .recv()
+            .map_err(|_| LlmError::Engine("the model thread died while loading".into()))??;
+        Ok(Self { jobs, name })
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for EmbeddedLlm {
+    async fn generate(
+        &self,
+        generation: Generation,
+        deltas: Deltas,
+    ) -> Result<Completion, LlmError> {
+        let (done, result) = oneshot::channel();
+        match self.jobs.try_send(Job {
+            generation,
+            deltas,
+            done,
+        }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(LlmError::Busy),
+            Err(TrySendError::Disconnected(_)) => {
+                return Err(LlmError::Engine("the model thread stopped".into()))
+            }
+        }
+        result
+            .await
+            .map_err(|_| LlmError::Engine("the model thread dropped the request".into()))?
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn worker(
+    path: &Path,
+    config: &EmbeddedConfig,
+    jobs: &Receiver<Job>,
+    ready: &Sender<Result<(), LlmError>>,
+) {
+    let loaded = (|| {
+        let mut backend = LlamaBackend::init().map_err(engine)?;
+        backend.void_logs();
+        let model = LlamaModel::load_from_file(&backend, path, &LlamaModelParams::default())
+            .map_err(|e| LlmError::Engine(format!("cannot load {}: {e}", path.display())))?;
+        let template = model.chat_template(None).map_err(engine)?;
+        Ok::<_, LlmError>((backend, model, template))
+    })();
+    let (backend, model, template) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(config.context_tokens))
+        .with_n_batch(PROMPT_CHUNK as u32)
+        .with_n_threads(config.threads as i32)
+        .with_n_threads_batch(config.threads as i32);
+    let mut ctx = match model.new_context(&backend, params) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            let _ = ready.send(Err(engine(e)));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    for job in jobs.iter() {
+        let result = generate(
+            &model,
+            &template,
+            &mut ctx,
+            job.generation,
+            job.deltas.as_ref(),
+        );
+        let _ = job.done.send(result);
+    }
+}
+
+fn engine(e: impl std::fmt::Display) -> LlmError {
+    LlmError::Engine(e.to_string())
+}
+
+/// The tools section Qwen2.5's chat template appends to the system message.
+fn tools_section(tools: &[super::ToolSpec]) -> String {
+    let mut s = String::from(
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for t in tools {
+        let spec = serde_json::json!({"type": "function", "function": {
+            "name": t.name, "description": t.description, "parameters": t.parameters}});
+        s.push('\n');
+        s.push_str(&spec.to_string());
+    }
+    s.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments \
+         within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \
+         \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    s
+}
+
+/// The conversation as chat-template messages.
+fn render(
+    messages: &[Message],
+    tools: &[super::ToolSpec],
+) -> Result<Vec<LlamaChatMessage>, LlmError> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    let mut system_done = false;
+    for m in messages {
+        let (role, content) = match m.role {
+            Role::System if !system_done => {
+                system_done = true;
+                let mut content = m.content.clone();
+                if !tools.is_empty() {
+                    content.push_str(&tools_section(tools));
+                }
+                ("system", content)
+            }
+            Role::System => ("system", m.content.clone()),
+            Role::User => ("user", m.content.clone()),
+            Role::Assistant => {
+                let mut content = m.content.clone();
+                for call in &m.tool_calls {
+                    let json = serde_json::json!({"name": call.name, "arguments": call.arguments});
+                    content.push_str(&format!("\n{TOOL_OPEN}\n{json}\n{TOOL_CLOSE}"));
+                }
+                ("assistant", content)
+            }
+            Role::Tool => (
+                "user",
+                format!("<tool_response>\n{}\n</tool_response>", m.content),
+            ),
+        };
+        out.push(LlamaChatMessage::new(role.into(), content).map_err(engine)?);
+    }
+    if !system_done && !tools.is_empty() {
+        let content = format!("You are a helpful assistant.{}", tools_section(tools));
+        out.insert(
+            0,
+            LlamaChatMessage::new("system".into(), content).map_err(engine)?,
+        );
+    }
+    Ok(out)
+}
+
+fn generate(
+    model: &LlamaModel,
+    template: &LlamaChatTemplate,
+    ctx: &mut LlamaContext<'_>,
+    generation: Generation,
+    deltas: Option<&tokio::sync::mpsc::Sender<String>>,
+) -> Result<Completion, LlmError> {
+    let chat = render(&generation.messages, &generation.tools)?;
+    let prompt = model
+        .apply_chat_template(template, &chat, true)
+        .map_err(engine)?;
+    let vocab = model.vocab();
+    let tokens = vocab.tokenize(prompt.as_bytes(), true, true);
+    let limit = ctx.n_ctx() as usize;
+    if tokens.len() + 1 >= limit {
+        return Err(LlmError::ContextOverflow {
+            prompt: tokens.len(),
+            limit,
+        });
+    }
+    let max_new = (generation.sampling.max_tokens as usize).min(limit - tokens.len() - 1);
+
+    ctx.clear_kv_cache();
+    let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
+    for (chunk_index, chunk) in tokens.chunks(PROMPT_CHUNK).enumerate() {
+        batch.clear();
+        let base = chunk_index * PROMPT_CHUNK;
+        for (i, &t) in chunk.iter().enumerate() {
+            let last = base + i == tokens.len() - 1;
+            batch
+                .add(t, (base + i) as i32, &[0], last)
+                .map_err(engine)?;
+        }
+        ctx.decode(&mut batch).map_err(engine)?;
+    }
+
+    let s = &generation.sampling;
+    let mut chain = Vec::new();
+    if let Some(schema) = &generation.json_schema {
+        let grammar = llama_cpp_2::json_schema_to_grammar(&schema.to_string()).map_err(engine)?;
+        chain.push(LlamaSampler::grammar(model, &grammar, "root").map_err(engine)?);
+    }
+    if s.frequency_penalty != 0.0 || s.presence_penalty != 0.0 {
+        chain.push(LlamaSampler::penalties(
+            model.n_vocab(),
+            64,
+            1.0,
+            s.frequency_penalty,
+            s.presence_penalty,
+        ));
+    }
+    if s.temperature <= 0.0 {
+        chain.push(LlamaSampler::greedy());
+    } else {
+        chain.push(LlamaSampler::top_p(s.top_p, 1));
+        chain.push(LlamaSampler::temp(s.temperature));
+        let seed = s.seed.map_or_else(rand::random::<u32>, |v| v as u32);
+        chain.push(LlamaSampler::dist(seed));
+    }
+    let mut sampler = LlamaSampler::chain_simple(chain);
+
+    let markers: &[&str] = if generation.tools.is_empty() {
+        &[]
+    } else {
+        &[TOOL_OPEN]
+    };
+    let mut gate = StreamGate::new(&s.stop, markers);
+    let mut pending = Vec::new();
+    let mut produced = 0usize;
+    let mut finish = FinishReason::Length;
+    let mut pos = tokens.len() as i32;
+    while produced < max_new {
+        let token = sampler.sample(ctx, batch.n_tokens() - 1);
+        if vocab.is_eog(token) {
+            finish = FinishReason::Stop;
+            break;
+        }
+        produced += 1;
+        pending.extend(vocab.token_to_piece(token, false, None));
+        let text = take_utf8(&mut pending);
+        let (emit, stopped) = gate.push(&text);
+        if !emit.is_empty() {
+            if let Some(tx) = deltas {
+                tx.blocking_send(emit).map_err(|_| LlmError::Cancelled)?;
+            }
+        }
+        if stopped {
+            finish = FinishReason::Stop;
+            break;
+        }
+        batch.clear();
+        batch.add(token, pos, &[0], true).map_err(engine)?;
+        pos += 1;
+        ctx.decode(&mut batch).map_err(engine)?;
+    }
+    let tail = gate.finish();
+    if !tail.is_empty() {
+        if let Some(tx) = deltas {
+            tx.blocking_send(tail).map_err(|_| LlmError::Cancelled)?;
+        }
+    }
+    let (text, tool_calls) = split_tool_calls(gate.text());
+    if !tool_calls.is_empty() {
+        finish = FinishReason::ToolCalls;
+    }
+    Ok(Completion {
+        text,
+        tool_calls,
+        usage: Usage {
+            prompt_tokens: tokens.len() as u64,
+            completion_tokens: produced as u64,
+            total_tokens: (tokens.len() + produced) as u64,
+        },
+        finish,
+    })
+}
+
+/// Takes the longest valid UTF-8 prefix out of `pending` (a token may end mid-character).
+fn take_utf8(pending: &mut Vec<u8>) -> String {
+    let valid = match std::str::from_utf8(pending) {
+        Ok(s) => s.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        // Invalid bytes in the middle: replace them rather than stall.
+        Err(_) => {
+            let s = String::from_utf8_lossy(pending).into_owned();
+            pending.clear();
+            return s;
+        }
+    };
+    let rest = pending.split_off(valid);
+    let text = String::from_utf8(std::mem::replace(pending, rest)).expect("checked valid above");
+    text
+}
+
+/// Decides what generated text may be shown yet: it stops at stop strings and at the start of
+/// a tool call, and holds back any tail that could still become one of them.
+#[derive(Debug)]
+pub struct StreamGate {
+    stops: Vec<String>,
+    markers: Vec<String>,
+    text: String,
+    emitted: usize,
+    closed: bool,
+}
+
+impl StreamGate {
+    /// A gate for `stops` (generation ends there, the stop string is dropped) and `markers`
+    /// (text from there on is kept but not shown).
+    pub fn new(stops: &[String], markers: &[&str]) -> Self {
+        Self {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            markers: markers.iter().map(|m| m.to_string()).collect(),
+            text: String::new(),
+            emitted: 0,
+            closed: false,
+        }
+    }
+
+    /// Adds generated text; returns what may be shown now and whether a stop string ended
+    /// the generation.
+    pub fn push(&mut self, piece: &str) -> (String, bool) {
+        let search_from = self
+            .emitted
+            .saturating_sub(self.longest())
+            .min(self.text.len());
+        let search_from = floor_char(&self.text, search_from);
+        self.text.push_str(piece);
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| {
+                self.text[search_from..]
+                    .find(s.as_str())
+                    .map(|i| i + search_from)
+            })
+            .min()
+        {
+            self.text.truncate(at);
+            let emit = if self.closed {
+                String::new()
+            } else {
+                self.text[self.emitted.min(at)..].to_owned()
+            };
+            self.emitted = self.text.len();
+            self.closed = true;
+            return (emit, true);
+        }
+        if self.closed {
+            return (String::new(), false);
+        }
+        if let Some(at) = self
+            .markers
+            .iter()
+            .filter_map(|m| {
+                self.text[search_from..]
+                    .find(m.as_str())
+                    .map(|i| i + search_from)
+            })
+            .min()
+        {
+            let emit = self.text[self.emitted..at].to_owned();
+            self.emitted = at;
+            self.closed = true;
+            return (emit, false);
+        }
+        // Hold back the longest tail that is a prefix of a stop string or marker.
+        let mut safe = self.text.len();
+        for pattern in self.stops.iter().chain(&self.markers) {
+            for k in (1..pattern.len()).rev() {
+                if self.text.len() >= k
+                    && self.text.is_char_boundary(self.text.len() - k)
+                    && self.text.ends_with(&pattern[..k])
+                    && pattern.is_char_boundary(k)
+                {
+                    safe = safe.min(self.text.len() - k);
+                    break;
+                }
+            }
+        }
+        let safe = floor_char(&self.text, safe.max(self.emitted));
+        let emit = self.text[self.emitted..safe].to_owned();
+        self.emitted = safe;
+        (emit, false)
+    }
+
+    /// The end of generation: whatever was held back and may be shown.
+    pub fn finish(&mut self) -> String {
+        if self.closed {
+            return String::new();
+        }
+        let emit = self.text[self.emitted..].to_owned();
+        self.emitted = self.text.len();
+        emit
+    }
+
+    /// Everything generated (up to a stop string).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    fn longest(&self) -> usize {
+        self.stops
+            .iter()
+            .chain(&self.markers)
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn floor_char(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Splits `<tool_call>{...}</tool_call>` blocks off the text. Calls whose JSON does not parse
+/// are dropped (the text before them still counts as the answer).
+pub fn split_tool_calls(text: &str) -> (String, Vec<ToolCall>) {
+    let Some(first) = text.find(TOOL_OPEN) else {
+        return (text.trim().to_owned(), Vec::new());
+    };
+    let mut calls = Vec::new();
+    let mut rest = &text[first..];
+    while let Some(open) = rest.find(TOOL_OPEN) {
+        let body_start = open + TOOL_OPEN.len();
+        let (body, next) = match rest[body_start..].find(TOOL_CLOSE) {
+            Some(close) => (
+                &rest[body_start..body_start + close],
+                &rest[body_start + close + TOOL_CLOSE.len()..],
+            ),
+            None => (&rest[body_start..], ""),
+        };
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(body.trim()) {
+            if let Some(name) = v.get("name").and_then(|n| n.as_str()) {
+                calls.push(ToolCall {
+                    id: format!("call_{}", calls.len()),
+                    name: name.to_owned(),
+                    arguments: v
+                        .get("arguments")
+                        .cloned()
+                        .unwrap_or_else(|| serde_json::json!({})),
+                });
+            }
+        }
+        rest = next;
+    }
+    (text[..first].trim().to_owned(), calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(gate: &mut StreamGate, pieces: &[&str]) -> (String, bool) {
+        let mut shown = String::new();
+        for p in pieces {
+            let (emit, stopped) = gate.push(p);
+            shown.push_str(&emit);
+            if stopped {
+                return (shown, true);
+            }
+        }
+        shown.push_str(&gate.finish());
+        (shown, false)
+    }
+
+    #[test]
+    fn stop_strings_end_generation_and_are_not_shown() {
+        let mut gate = StreamGate::new(&["END".into()], &[]);
+        assert_eq!(
+            run(&mut gate, &["Hello E", "N", "D and more"]),
+            ("Hello ".into(), true)
+        );
+        assert_eq!(gate.text(), "Hello ");
+        let mut gate = StreamGate::new(&["END".into()], &[]);
+        assert_eq!(
+            run(&mut gate, &["Hello E", "nd"]),
+            ("Hello End".into(), false)
+        );
+    }
+
+    #[test]
+    fn tool_call_markup_is_never_shown() {
+        let mut gate = StreamGate::new(&[], &[TOOL_OPEN]);
+        let (shown, _) = run(
+            &mut gate,
+            &[
+                "Let me check. <tool",
+                "_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>",
+            ],
+        );
+        assert_eq!(shown, "Let me check. ");
+        let (text, calls) = split_tool_calls(gate.text());
+        assert_eq!(text, "Let me check.");
+        assert_eq!(
+            calls,
+            vec![ToolCall {
+                id: "call_0".into(),
+                name: "x".into(),
+                arguments: serde_json::json!({})
+            }]
+        );
+    }
+
+    #[test]
+    fn split_handles_several_and_broken_calls() {
+        let text = "<tool_call>{\"name\":\"a\",\"arguments\":{\"q\":1}}</tool_call>\n<tool_call>{not json}</tool_call><tool_call>{\"name\":\"b\"}";
+        let (before, calls) = split_tool_calls(text);
+        assert_eq!(before, "");
+        assert_eq!(
+            calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(calls[0].arguments, serde_json::json!({"q": 1}));
+        assert_eq!(split_tool_calls("plain").0, "plain");
+    }
+
+    #[test]
+    fn utf8_is_assembled_across_tokens() {
+        let mut pending = "é".as_bytes()[..1].to_vec();
+        assert_eq!(take_utf8(&mut pending), "");
+        pending.push("é".as_bytes()[1]);
+        pending.extend_from_slice(b"!");
+        assert_eq!(take_utf8(&mut pending), "é!");
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn multibyte_text_near_markers_does_not_panic() {
+        let mut gate = StreamGate::new(&["«fin»".into()], &[TOOL_OPEN]);
+        let (shown, stopped) = run(&mut gate, &["ça va ", "«", "fi", "n» après"]);
+        assert_eq!((shown.as_str(), stopped), ("ça va ", true));
+    }
+}

@@ -1,0 +1,237 @@
+//! The LLM layer: one [`Provider`] interface over the embedded llama.cpp model and any
+//! OpenAI-compatible upstream, the chat service that applies the organisation's system prompt
+//! and MCP tools, Markdown stripping, and the analysis profiles (intent, BANT, NEAT-P).
+
+pub mod chat;
+pub mod embedded;
+pub mod markdown;
+pub mod mcp;
+pub mod profiles;
+pub mod sse;
+pub mod upstream;
+
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The end user.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Identifier to match the result to the call.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments object.
+    pub arguments: serde_json::Value,
+}
+
+/// One message of a conversation as the providers see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Author.
+    pub role: Role,
+    /// Text.
+    pub content: String,
+    /// Calls made by an assistant message.
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool message: the call it answers.
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    /// A plain message.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// Sampling settings of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+    /// 0 is greedy.
+    pub temperature: f32,
+    /// Nucleus sampling mass, (0, 1].
+    pub top_p: f32,
+    /// Generation stops before any of these.
+    pub stop: Vec<String>,
+    /// -2 to 2.
+    pub frequency_penalty: f32,
+    /// -2 to 2.
+    pub presence_penalty: f32,
+    /// Seed for reproducible sampling.
+    pub seed: Option<u64>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            max_tokens: 1024,
+            temperature: 0.7,
+            top_p: 1.0,
+            stop: Vec::new(),
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: None,
+        }
+    }
+}
+
+/// What a provider is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The conversation, system messages first.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// Sampling.
+    pub sampling: Sampling,
+    /// When set, the output must be JSON valid against this schema (grammar-constrained on
+    /// the embedded model, `response_format` upstream).
+    pub json_schema: Option<serde_json::Value>,
+}
+
+/// Token counts of a generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens of the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+    /// Both.
+    pub total_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Self) {
+        self.prompt_tokens += o.prompt_tokens;
+        self.completion_tokens += o.completion_tokens;
+        self.total_tokens += o.total_tokens;
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its answer, or a stop string was met.
+    Stop,
+    /// `max_tokens` was reached.
+    Length,
+    /// The model asked for tools.
+    ToolCalls,
+}
+
+/// The result of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// Text generated (tool-call markup removed).
+    pub text: String,
+    /// Tools the model asked for.
+    pub tool_calls: Vec<ToolCall>,
+    /// Token counts.
+    pub usage: Usage,
+    /// Why it stopped.
+    pub finish: FinishReason,
+}
+
+/// Where streamed text goes, piece by piece, if anywhere.
+pub type Deltas = Option<tokio::sync::mpsc::Sender<String>>;
+
+/// Errors of the LLM layer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    /// The embedded model's queue is full.
+    #[error("the language model is busy; retry shortly")]
+    Busy,
+    /// The conversation does not fit the context window.
+    #[error("the conversation is {prompt} tokens; the model's window is {limit}")]
+    ContextOverflow {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Window.
+        limit: usize,
+    },
+    /// The upstream provider answered with an error or nonsense.
+    #[error("upstream model provider failed: {0}")]
+    Upstream(String),
+    /// The upstream provider did not answer in time.
+    #[error("upstream model provider timed out")]
+    UpstreamTimeout,
+    /// The receiver of streamed text went away; generation was stopped.
+    #[error("the client went away")]
+    Cancelled,
+    /// The engine failed.
+    #[error("language model failed: {0}")]
+    Engine(String),
+}
+
+/// The provider the configuration names, ready to serve.
+pub fn build_provider(
+    config: &crate::config::Config,
+) -> Result<std::sync::Arc<dyn Provider>, LlmError> {
+    use crate::config::LlmProviderKind;
+    let llm = &config.llm;
+    Ok(match llm.provider {
+        LlmProviderKind::Embedded => std::sync::Arc::new(embedded::EmbeddedLlm::load(
+            &config.models.llm,
+            embedded::EmbeddedConfig {
+                threads: llm.threads,
+                context_tokens: llm.context_tokens,
+                queue: llm.queue,
+            },
+        )?),
+        LlmProviderKind::Upstream => {
+            std::sync::Arc::new(upstream::UpstreamLlm::new(upstream::UpstreamConfig {
+                base_url: llm.upstream.base_url.clone(),
+                api_key: llm.upstream.api_key.clone(),
+                model: llm.upstream.model.clone(),
+                timeout: std::time::Duration::from_millis(llm.upstream.timeout_ms),
+                connect_timeout: std::time::Duration::from_millis(llm.upstream.connect_timeout_ms),
+            })?)
+        }
+    })
+}
+
+/// A language model that streams its answer.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// Generates a completion for `generation`, sending text pieces to `deltas` as they come.
+    async fn generate(
+        &self,
+        generation: Generation,
+        deltas: Deltas,
+    ) -> Result<Completion, LlmError>;
+
+    /// Short name for logs (`embedded:qwen2.5...`, `upstream:gpt-4o-mini`).
+    fn name(&self) -> &str;
+}

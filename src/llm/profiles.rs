@@ -1,0 +1,205 @@
+//! Analysis profiles: intent, BANT and NEAT-P. Each is a prompt and a JSON schema (files in
+//! `src/llm/profiles/`); the model's output is constrained by the schema (a grammar on the
+//! embedded model), so it always parses. Evidence quotes are then checked against the
+//! transcript and any that do not occur in it verbatim are dropped.
+
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use super::{Generation, LlmError, Message, Provider, Role, Sampling, Usage};
+
+/// The analyses the service runs over transcripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProfileKind {
+    /// Customer intent (spec 2.6 shape).
+    Intent,
+    /// Budget, authority, need, timeline.
+    Bant,
+    /// Need, economic impact, access to authority, timeline, priority.
+    NeatP,
+}
+
+/// A profile: its instructions and output schema.
+#[derive(Debug)]
+pub struct Profile {
+    /// System prompt.
+    pub prompt: &'static str,
+    /// JSON schema of the output, keys in the order the model should write them.
+    pub schema: Value,
+}
+
+fn load(prompt: &'static str, schema: &'static str) -> Profile {
+    Profile {
+        prompt,
+        schema: serde_json::from_str(schema)
+            .expect("the profile schemas are valid JSON (checked by a test)"),
+    }
+}
+
+/// The profile of `kind`.
+pub fn profile(kind: ProfileKind) -> &'static Profile {
+    static INTENT: OnceLock<Profile> = OnceLock::new();
+    static BANT: OnceLock<Profile> = OnceLock::new();
+    static NEAT_P: OnceLock<Profile> = OnceLock::new();
+    match kind {
+        ProfileKind::Intent => INTENT.get_or_init(|| {
+            load(
+                include_str!("profiles/intent.md"),
+                include_str!("profiles/intent.json"),
+            )
+        }),
+        ProfileKind::Bant => BANT.get_or_init(|| {
+            load(
+                include_str!("profiles/bant.md"),
+                include_str!("profiles/bant.json"),
+            )
+        }),
+        ProfileKind::NeatP => NEAT_P.get_or_init(|| {
+            load(
+                include_str!("profiles/neat_p.md"),
+                include_str!("profiles/neat_p.json"),
+            )
+        }),
+    }
+}
+
+/// The intent labels of the intent profile.
+pub fn intent_labels() -> Vec<String> {
+    profile(ProfileKind::Intent).schema["properties"]["intents"]["items"]["properties"]["intent"]
+        ["enum"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs a profile over `transcript` (one line per utterance, `Speaker: text`).
+pub async fn analyse(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    transcript: &str,
+) -> Result<(Value, Usage), LlmError> {
+    let profile = profile(kind);
+    let generation = Generation {
+        messages: vec![
+            Message::new(Role::System, profile.prompt),
+            Message::new(Role::User, format!("Transcript:\n{transcript}")),
+        ],
+        tools: Vec::new(),
+        sampling: Sampling {
+            max_tokens: 768,
+            temperature: 0.0,
+            ..Sampling::default()
+        },
+        json_schema: Some(profile.schema.clone()),
+    };
+    let completion = provider.generate(generation, None).await?;
+    let mut value: Value = serde_json::from_str(completion.text.trim())
+        .map_err(|e| LlmError::Engine(format!("the {kind:?} analysis is not valid JSON: {e}")))?;
+    if kind != ProfileKind::Intent {
+        verify_evidence(&mut value, transcript);
+    }
+    Ok((value, completion.usage))
+}
+
+fn normalise(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Keeps only evidence quotes that occur verbatim in `transcript` (runs of white space count as
+/// one space; quote marks around a quote are removed) and writes them in that exact form;
+/// clamps confidences to 0..1; a criterion marked identified that is left with no evidence
+/// becomes partial.
+pub fn verify_evidence(record: &mut Value, transcript: &str) {
+    let haystack = normalise(transcript);
+    let Some(criteria) = record.as_object_mut() else {
+        return;
+    };
+    for criterion in criteria.values_mut() {
+        let Some(c) = criterion.as_object_mut() else {
+            continue;
+        };
+        if let Some(Value::Array(quotes)) = c.get_mut("evidence") {
+            let kept: Vec<Value> = quotes
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|q| {
+                    normalise(
+                        q.trim()
+                            .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”')),
+                    )
+                })
+                .filter(|q| !q.is_empty() && haystack.contains(q.as_str()))
+                .map(Value::from)
+                .collect();
+            *quotes = kept;
+        }
+        let no_evidence = c
+            .get("evidence")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        if no_evidence && c.get("status").and_then(Value::as_str) == Some("identified") {
+            c.insert("status".into(), Value::from("partial"));
+        }
+        if let Some(conf) = c.get("confidence").and_then(Value::as_f64) {
+            c.insert(
+                "confidence".into(),
+                Value::from((conf.clamp(0.0, 1.0) * 100.0).round() / 100.0),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_load_and_keep_key_order() {
+        for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
+            let p = profile(kind);
+            assert!(p.schema.is_object() && !p.prompt.is_empty());
+        }
+        let keys: Vec<&String> = profile(ProfileKind::NeatP).schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "need",
+                "economic_impact",
+                "access_to_authority",
+                "timeline",
+                "priority"
+            ]
+        );
+        assert_eq!(intent_labels().len(), 14);
+        assert!(intent_labels().contains(&"order_status".to_owned()));
+    }
+
+    #[test]
+    fn evidence_must_occur_in_the_transcript() {
+        let transcript = "Customer: We have about fifty thousand dollars set aside.\nAgent: Great.";
+        let mut record = serde_json::json!({
+            "budget": {"status": "identified", "summary": "50k", "confidence": 1.4,
+                       "evidence": ["\"We have about fifty  thousand dollars\"", "we have about fifty thousand", "a million dollars"]},
+            "timeline": {"status": "identified", "summary": "soon", "confidence": 0.5,
+                         "evidence": ["next week"]}
+        });
+        verify_evidence(&mut record, transcript);
+        assert_eq!(
+            record["budget"]["evidence"],
+            serde_json::json!(["We have about fifty thousand dollars"])
+        );
+        assert_eq!(record["budget"]["confidence"], 1.0);
+        assert_eq!(record["budget"]["status"], "identified");
+        assert_eq!(record["timeline"]["evidence"], serde_json::json!([]));
+        assert_eq!(record["timeline"]["status"], "partial");
+    }
+}

@@ -1,0 +1,160 @@
+//! A scripted stand-in for a third-party OpenAI-compatible provider, on loopback: it records
+//! every request and answers with the next scripted reply, streamed as server-sent events in
+//! small pieces the way real providers send them.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use warp::Filter;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Text in these pieces, then the usage (prompt, completion).
+    Text(Vec<&'static str>, (u64, u64)),
+    /// A call of `name` with these arguments (streamed in two fragments), then the usage.
+    ToolCall(&'static str, Value, (u64, u64)),
+    /// An HTTP error status with a body.
+    Status(u16, &'static str),
+    /// No answer at all (for timeouts).
+    Hang,
+}
+
+/// A request as received: the authorization header and the JSON body.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Clone)]
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    script: Arc<Mutex<VecDeque<Reply>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+fn chunk(v: Value) -> String {
+    format!("data: {v}\n\n")
+}
+
+fn events(reply: &Reply) -> Vec<String> {
+    let usage = |(p, c): (u64, u64)| {
+        chunk(
+            json!({"choices": [], "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}),
+        )
+    };
+    let mut out = Vec::new();
+    match reply {
+        Reply::Text(pieces, u) => {
+            for p in pieces {
+                out.push(chunk(json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]})));
+            }
+            out.push(chunk(
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            ));
+            out.push(usage(*u));
+        }
+        Reply::ToolCall(name, args, u) => {
+            let args = args.to_string();
+            let (a, b) = args.split_at(args.len() / 2);
+            out.push(chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_abc", "type": "function", "function": {"name": name, "arguments": a}}]}}]})));
+            out.push(chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": b}}]}}]})));
+            out.push(chunk(
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            ));
+            out.push(usage(*u));
+        }
+        Reply::Status(..) | Reply::Hang => {}
+    }
+    out.push("data: [DONE]\n\n".to_owned());
+    out
+}
+
+impl FakeUpstream {
+    /// Starts on 127.0.0.1:0. When the script runs out it answers "ok".
+    pub async fn start() -> Self {
+        let script: Arc<Mutex<VecDeque<Reply>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (s, r) = (script.clone(), seen.clone());
+        let route = warp::path!("v1" / "chat" / "completions")
+            .and(warp::post())
+            .and(warp::header::optional::<String>("authorization"))
+            .and(warp::body::json())
+            .then(move |authorization: Option<String>, body: Value| {
+                let (script, seen) = (s.clone(), r.clone());
+                async move {
+                    seen.lock().unwrap().push(Seen {
+                        authorization,
+                        body,
+                    });
+                    let reply = script
+                        .lock()
+                        .unwrap()
+                        .pop_front()
+                        .unwrap_or(Reply::Text(vec!["ok"], (5, 1)));
+                    match reply {
+                        Reply::Status(code, body) => warp::http::Response::builder()
+                            .status(code)
+                            .body(warp::hyper::Body::from(body))
+                            .unwrap(),
+                        Reply::Hang => {
+                            tokio::time::sleep(Duration::from_secs(120)).await;
+                            warp::http::Response::new(warp::hyper::Body::empty())
+                        }
+                        reply => {
+                            let (mut tx, body) = warp::hyper::Body::channel();
+                            tokio::spawn(async move {
+                                for e in events(&reply) {
+                                    // Split each event too: parsers must cope with any chunking.
+                                    let (a, b) = e.split_at(e.len() / 2);
+                                    for part in [a, b] {
+                                        if tx.send_data(part.to_owned().into()).await.is_err() {
+                                            return;
+                                        }
+                                        tokio::time::sleep(Duration::from_millis(2)).await;
+                                    }
+                                }
+                            });
+                            warp::http::Response::builder()
+                                .header("content-type", "text/event-stream")
+                                .body(body)
+                                .unwrap()
+                        }
+                    }
+                }
+            });
+        let (addr, server) = warp::serve(route).bind_ephemeral(([127, 0, 0, 1], 0));
+        tokio::spawn(server);
+        Self { addr, script, seen }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.script.lock().unwrap().push_back(reply);
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Environment that points a server at this provider.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("CALLSTREAM_LLM__PROVIDER", "upstream".into()),
+            ("CALLSTREAM_LLM__UPSTREAM__BASE_URL", self.base_url()),
+            (
+                "CALLSTREAM_LLM__UPSTREAM__API_KEY",
+                "sk-test-upstream".into(),
+            ),
+            ("CALLSTREAM_LLM__UPSTREAM__MODEL", "fake-model".into()),
+            ("CALLSTREAM_LLM__UPSTREAM__TIMEOUT_MS", "1500".into()),
+        ]
+    }
+}
