@@ -25,6 +25,22 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "1,4")]
         batch: Vec<usize>,
     },
+    /// Added latency and throughput of REST chat on the upstream path, against a local
+    /// provider stand-in that answers at once.
+    Gateway {
+        /// Requests to send.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
+    /// Time to first delta and tokens per second of the configured language model.
+    Llm {
+        /// Generations to time.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 /// Runs a benchmark.
@@ -35,6 +51,11 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             workers,
             batch,
         } => asr(config, &fixtures, &workers, &batch),
+        BenchCommand::Gateway {
+            requests,
+            concurrency,
+        } => gateway(config, requests, concurrency),
+        BenchCommand::Llm { runs } => llm(config, runs),
     }
 }
 
@@ -102,4 +123,169 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
         }
     }
     Ok(())
+}
+
+/// Percentile of sorted samples.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// Sends `requests` POSTs with `concurrency` in flight; returns sorted latencies (ms) and
+/// the wall time (s).
+async fn load(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    body: &serde_json::Value,
+    requests: usize,
+    concurrency: usize,
+) -> anyhow::Result<(Vec<f64>, f64)> {
+    use futures_util::StreamExt;
+    let started = Instant::now();
+    let results: Vec<anyhow::Result<f64>> = futures_util::stream::iter(0..requests)
+        .map(|_| async {
+            let t = Instant::now();
+            let mut req = client.post(url).json(body);
+            if let Some(k) = key {
+                req = req.header("X-API-Key", k);
+            }
+            let resp = req.send().await?;
+            anyhow::ensure!(resp.status().is_success(), "status {}", resp.status());
+            resp.bytes().await?;
+            Ok(t.elapsed().as_secs_f64() * 1000.0)
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let wall = started.elapsed().as_secs_f64();
+    let mut lat = results.into_iter().collect::<anyhow::Result<Vec<f64>>>()?;
+    lat.sort_by(f64::total_cmp);
+    Ok((lat, wall))
+}
+
+/// `bench gateway`: added latency of the chat gateway on the upstream path, against a local
+/// stand-in for the provider that answers at once.
+pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::Result<()> {
+    use warp::Filter;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let sse: &'static str = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" there.\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2,\"total_tokens\":22}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let upstream = warp::path!("v1" / "chat" / "completions")
+            .and(warp::post())
+            .and(warp::body::bytes())
+            .map(move |_| warp::http::Response::builder().header("content-type", "text/event-stream").body(sse).expect("static response"));
+        let (up_addr, up_server) = warp::serve(upstream).bind_ephemeral(([127, 0, 0, 1], 0));
+        tokio::spawn(up_server);
+
+        let dir = tempfile_dir()?;
+        let mut config = config.clone();
+        config.storage.data_dir = dir.clone();
+        config.storage.secret_key = String::new();
+        config.llm.provider = callstream::config::LlmProviderKind::Upstream;
+        config.llm.upstream.base_url = format!("http://{up_addr}/v1");
+        config.llm.upstream.model = "bench".into();
+        config.llm.upstream.api_key = "bench".into();
+        config.plans.insert(
+            "bench".into(),
+            callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: None, audio_minutes_per_month: None },
+        );
+        let app = callstream::app::App::open(config)?;
+        let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
+            anyhow::bail!("org create answered something else")
+        };
+        let callstream::admin::AdminResponse::KeyCreated { secret, .. } = app.admin.execute(callstream::admin::AdminRequest::KeyCreate { org: org.id, name: None })? else {
+            anyhow::bail!("key create answered something else")
+        };
+        let server = callstream::server::start(app, "127.0.0.1:0".parse()?).await?;
+        let client = reqwest::Client::new();
+        let body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "return_markdown": true});
+        let direct_url = format!("http://{up_addr}/v1/chat/completions");
+        let gateway_url = format!("http://{}/api/llm/chat/completions", server.addr);
+        // Warm both paths.
+        load(&client, &direct_url, None, &body, 50, concurrency).await?;
+        load(&client, &gateway_url, Some(&secret), &body, 50, concurrency).await?;
+        let (direct, direct_wall) = load(&client, &direct_url, None, &body, requests, concurrency).await?;
+        let (through, through_wall) = load(&client, &gateway_url, Some(&secret), &body, requests, concurrency).await?;
+        println!("{requests} requests, {concurrency} in flight, loopback");
+        println!("path       p50 ms  p99 ms  requests/s");
+        println!("direct    {:>7.2} {:>7.2} {:>11.0}", percentile(&direct, 0.5), percentile(&direct, 0.99), requests as f64 / direct_wall);
+        println!("gateway   {:>7.2} {:>7.2} {:>11.0}", percentile(&through, 0.5), percentile(&through, 0.99), requests as f64 / through_wall);
+        println!(
+            "added     {:>7.2} {:>7.2}   (key check, rate limit, quota, durable ledger write, SSE parse)",
+            percentile(&through, 0.5) - percentile(&direct, 0.5),
+            percentile(&through, 0.99) - percentile(&direct, 0.99)
+        );
+        server.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    })
+}
+
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("callstream-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// `bench llm`: time to first delta and tokens per second of the configured provider.
+pub fn llm(config: &Config, runs: usize) -> anyhow::Result<()> {
+    use callstream::llm::{Generation, Message, Role, Sampling};
+    let runtime = tokio::runtime::Runtime::new()?;
+    let provider = callstream::llm::build_provider(config)?;
+    println!("{}: {runs} runs, 128 new tokens each", provider.name());
+    println!("run  prompt tok  TTFD ms  prompt tok/s  gen tok/s");
+    runtime.block_on(async {
+        for run in 0..runs {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(256);
+            let generation = Generation {
+                messages: vec![
+                    Message::new(
+                        Role::System,
+                        "You are a helpful assistant for a contact center.",
+                    ),
+                    Message::new(
+                        Role::User,
+                        "Explain in detail how a customer can track an order, step by step.",
+                    ),
+                ],
+                tools: Vec::new(),
+                sampling: Sampling {
+                    max_tokens: 128,
+                    temperature: 0.0,
+                    ..Sampling::default()
+                },
+                json_schema: None,
+            };
+            let started = Instant::now();
+            let first = tokio::spawn(async move {
+                let mut first = None;
+                while rx.recv().await.is_some() {
+                    first.get_or_insert_with(Instant::now);
+                }
+                first
+            });
+            let completion = provider.generate(generation, Some(tx)).await?;
+            let done = Instant::now();
+            let first = first.await?.unwrap_or(done);
+            let ttfd = first.duration_since(started).as_secs_f64();
+            let gen_secs = done.duration_since(first).as_secs_f64().max(1e-9);
+            println!(
+                "{run:>3}  {:>10}  {:>7.0}  {:>12.1}  {:>9.1}",
+                completion.usage.prompt_tokens,
+                ttfd * 1000.0,
+                completion.usage.prompt_tokens as f64 / ttfd,
+                completion.usage.completion_tokens.saturating_sub(1) as f64 / gen_secs
+            );
+        }
+        Ok(())
+    })
 }

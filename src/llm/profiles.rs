@@ -91,15 +91,29 @@ pub async fn analyse(
         ],
         tools: Vec::new(),
         sampling: Sampling {
-            max_tokens: 768,
+            // Enough for the longest record the schema allows (its strings are bounded).
+            max_tokens: 2048,
             temperature: 0.0,
             ..Sampling::default()
         },
         json_schema: Some(profile.schema.clone()),
     };
     let completion = provider.generate(generation, None).await?;
-    let mut value: Value = serde_json::from_str(completion.text.trim())
-        .map_err(|e| LlmError::Engine(format!("the {kind:?} analysis is not valid JSON: {e}")))?;
+    let mut value: Value = serde_json::from_str(completion.text.trim()).map_err(|e| {
+        let tail: String = completion
+            .text
+            .chars()
+            .rev()
+            .take(200)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        LlmError::Engine(format!(
+            "the {kind:?} analysis is not valid JSON ({e}; {:?}, ends {tail:?})",
+            completion.finish
+        ))
+    })?;
     if kind != ProfileKind::Intent {
         verify_evidence(&mut value, transcript);
     }

@@ -136,7 +136,7 @@ fn spell(n: u64) -> String {
         let rest = n % 100;
         if rest >= 20 {
             out.push(TENS[(rest / 10) as usize].into());
-            if rest % 10 != 0 {
+            if !rest.is_multiple_of(10) {
                 out.push(ONES[(rest % 10) as usize].into());
             }
         } else if rest > 0 || n == 0 {

@@ -63,7 +63,7 @@ pub fn samples_per_channel(
         return Err(FrameError::Channels(channels));
     }
     let frame_bytes = channels * encoding.bytes_per_sample();
-    if len % frame_bytes != 0 {
+    if !len.is_multiple_of(frame_bytes) {
         return Err(FrameError::PartialFrame { len, frame_bytes });
     }
     Ok(len / frame_bytes)
