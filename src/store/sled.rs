@@ -35,6 +35,59 @@ pub struct SledStore {
     ledger: sled::Tree,
     usage_daily: sled::Tree,
     secrets: SecretBox,
+    commits: GroupCommit,
+}
+
+/// Group commit for charges: every charge is applied at once, and one fsync then makes all the
+/// charges applied before it durable. The first waiter flushes; the others wait for that flush
+/// (or the next) instead of each paying for an fsync of its own.
+#[derive(Default)]
+struct GroupCommit {
+    // A std Mutex: held only to update counters, never across the flush itself.
+    state: std::sync::Mutex<CommitState>,
+    flushed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct CommitState {
+    /// Charges applied so far.
+    applied: u64,
+    /// Charges known to be on disk.
+    durable: u64,
+    /// A flush is in progress.
+    flushing: bool,
+}
+
+impl GroupCommit {
+    /// Registers an applied charge; returns its ticket.
+    fn applied(&self) -> u64 {
+        let mut s = self.state.lock().expect("commit lock is never poisoned: no panics inside");
+        s.applied += 1;
+        s.applied
+    }
+
+    /// Returns once charge `ticket` is on disk, flushing with `flush` when no one else is.
+    fn wait_durable(&self, ticket: u64, flush: impl Fn() -> Result<(), StoreError>) -> Result<(), StoreError> {
+        let mut s = self.state.lock().expect("commit lock is never poisoned: no panics inside");
+        while s.durable < ticket {
+            if s.flushing {
+                s = self.flushed.wait(s).expect("commit lock is never poisoned: no panics inside");
+                continue;
+            }
+            s.flushing = true;
+            let target = s.applied;
+            drop(s);
+            let result = flush();
+            s = self.state.lock().expect("commit lock is never poisoned: no panics inside");
+            s.flushing = false;
+            if result.is_ok() {
+                s.durable = s.durable.max(target);
+            }
+            self.flushed.notify_all();
+            result?;
+        }
+        Ok(())
+    }
 }
 
 /// An organisation as stored: MCP headers sealed.
@@ -126,6 +179,7 @@ impl SledStore {
             usage_daily: tree("usage_daily")?,
             db,
             secrets,
+            commits: GroupCommit::default(),
         })
     }
 
@@ -469,7 +523,8 @@ impl UsageSink for SledStore {
                 Ok::<_, ConflictableTransactionError<()>>(())
             })
             .map_err(|e| UsageError::Store(format!("{e:?}")))?;
-        self.flush().map_err(UsageError::from)
+        let ticket = self.commits.applied();
+        self.commits.wait_durable(ticket, || self.flush()).map_err(UsageError::from)
     }
 }
 
@@ -598,6 +653,30 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn concurrent_charges_are_all_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(store(dir.path()));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        s.record(&event("org_a", 1_795_651_199_000 + t * 100 + i, UsageKind::Tokens, 1)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
+        assert_eq!(days.iter().map(|d| d.amount).sum::<u64>(), 200);
+        assert_eq!(s.usage_events("org_a", 0, i64::MAX).unwrap().len(), 200);
+        let c = s.commits.state.lock().unwrap();
+        assert_eq!((c.applied, c.durable), (200, 200));
     }
 
     #[test]
