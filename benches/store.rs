@@ -4,27 +4,38 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use callstream::admin::{AdminRequest, AdminResponse};
-use callstream::app::App;
+use callstream::admin::{Admin, AdminRequest, AdminResponse};
+use callstream::app::open_store;
 use callstream::auth::ratelimit::RateLimiter;
+use callstream::auth::Authenticator;
 use callstream::config::Config;
 use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-fn app(dir: &std::path::Path) -> App {
-    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/whisper-tiny.en");
-    let env = [
-        ("CALLSTREAM_STORAGE__DATA_DIR", dir.display().to_string()),
-        ("CALLSTREAM_MODELS__WHISPER", models.display().to_string()),
-    ]
-    .map(|(k, v)| (k.to_owned(), v));
-    App::open(Config::load_with_env(None, env).expect("config"))
-        .expect("app (run scripts/setup.sh)")
+/// The store and the edge's checks, without the engines.
+struct Parts {
+    admin: Admin,
+    auth: Authenticator,
+    store: Arc<dyn callstream::store::Store>,
+}
+
+fn parts(dir: &std::path::Path) -> Parts {
+    let env = [(
+        "CALLSTREAM_STORAGE__DATA_DIR".to_owned(),
+        dir.display().to_string(),
+    )];
+    let config = Arc::new(Config::load_with_env(None, env).expect("config"));
+    let store = open_store(&config).expect("store");
+    Parts {
+        admin: Admin::new(config.clone(), store.clone()),
+        auth: Authenticator::new(config, store.clone()),
+        store,
+    }
 }
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let app = app(dir.path());
+    let app = parts(dir.path());
     let AdminResponse::Org(org) = app
         .admin
         .execute(AdminRequest::OrgCreate {

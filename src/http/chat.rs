@@ -73,10 +73,21 @@ pub struct ParsedTurn {
     pub user: Option<String>,
 }
 
+/// The fields REST and realtime share.
+#[derive(Debug, Clone)]
+pub struct CommonFields {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Markdown or plain prose.
+    pub return_markdown: bool,
+    /// The turn's system prompt.
+    pub system_prompt: Option<String>,
+    /// End-user id.
+    pub user: Option<String>,
+}
+
 /// Checks the parts REST and realtime share: messages, return_markdown, system_prompt, user.
-pub fn parse_common(
-    body: &Value,
-) -> Result<(Vec<Message>, bool, Option<String>, Option<String>), Invalid> {
+pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
     let obj = body
         .as_object()
         .ok_or_else(|| invalid("invalid_json", "the body must be a JSON object"))?;
@@ -158,7 +169,12 @@ pub fn parse_common(
             ))
         }
     };
-    Ok((out, return_markdown, system_prompt, user))
+    Ok(CommonFields {
+        messages: out,
+        return_markdown,
+        system_prompt,
+        user,
+    })
 }
 
 fn number(
@@ -189,7 +205,12 @@ fn number(
 
 /// Checks a REST request body.
 pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
-    let (messages, return_markdown, system_prompt, user) = parse_common(body)?;
+    let CommonFields {
+        messages,
+        return_markdown,
+        system_prompt,
+        user,
+    } = parse_common(body)?;
     let obj = body
         .as_object()
         .expect("parse_common checked it is an object");

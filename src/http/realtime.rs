@@ -112,8 +112,8 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
             message: format!("{field} is not accepted on realtime chat (turns use 4096 tokens at temperature 0.2)"),
         });
     }
-    let (messages, return_markdown, system_prompt, user) = match parse_common(&value) {
-        Ok(parts) => parts,
+    let fields = match parse_common(&value) {
+        Ok(fields) => fields,
         Err(invalid) => {
             return Next::Reply(ServerFrame::Error {
                 message: invalid.message,
@@ -160,12 +160,12 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
     };
     Next::Turn(
         Box::new(ChatTurn {
-            messages,
-            system_prompt,
-            return_markdown,
+            messages: fields.messages,
+            system_prompt: fields.system_prompt,
+            return_markdown: fields.return_markdown,
             sampling,
         }),
-        user,
+        fields.user,
     )
 }
 

@@ -359,8 +359,7 @@ fn take_utf8(pending: &mut Vec<u8>) -> String {
         }
     };
     let rest = pending.split_off(valid);
-    let text = String::from_utf8(std::mem::replace(pending, rest)).expect("checked valid above");
-    text
+    String::from_utf8(std::mem::replace(pending, rest)).expect("checked valid above")
 }
 
 /// Decides what generated text may be shown yet: it stops at stop strings and at the start of
@@ -438,11 +437,7 @@ impl StreamGate {
         let mut safe = self.text.len();
         for pattern in self.stops.iter().chain(&self.markers) {
             for k in (1..pattern.len()).rev() {
-                if self.text.len() >= k
-                    && self.text.is_char_boundary(self.text.len() - k)
-                    && self.text.ends_with(&pattern[..k])
-                    && pattern.is_char_boundary(k)
-                {
+                if pattern.is_char_boundary(k) && self.text.ends_with(&pattern[..k]) {
                     safe = safe.min(self.text.len() - k);
                     break;
                 }

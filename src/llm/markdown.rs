@@ -12,11 +12,7 @@ pub fn to_plain(text: &str) -> String {
             Event::Text(t) | Event::Code(t) => out.push_str(&t),
             Event::SoftBreak => out.push(' '),
             Event::HardBreak | Event::Rule => out.push('\n'),
-            Event::Start(Tag::Item) => {
-                if !out.is_empty() && !out.ends_with('\n') {
-                    out.push('\n');
-                }
-            }
+            Event::Start(Tag::Item) if !out.is_empty() && !out.ends_with('\n') => out.push('\n'),
             Event::Start(Tag::List(_)) => list_depth += 1,
             Event::End(TagEnd::List(_)) => {
                 list_depth = list_depth.saturating_sub(1);
@@ -33,11 +29,7 @@ pub fn to_plain(text: &str) -> String {
                 | TagEnd::CodeBlock
                 | TagEnd::BlockQuote(_)
                 | TagEnd::Table,
-            ) => {
-                if list_depth == 0 {
-                    out.push_str("\n\n");
-                }
-            }
+            ) if list_depth == 0 => out.push_str("\n\n"),
             _ => {}
         }
     }
@@ -128,7 +120,11 @@ impl PlainStream {
             let could_be_marker = head.is_empty()
                 || head.chars().all(|c| c == '#')
                 || head.chars().all(|c| c == '`')
-                || head.chars().all(|c| c.is_ascii_digit())
+                || {
+                    // "12", "12." and "12)" may still become a numbered item.
+                    let digits = head.trim_end_matches(['.', ')']);
+                    digits.chars().all(|c| c.is_ascii_digit()) && head.len() - digits.len() <= 1
+                }
                 || matches!(head, "-" | "*" | "+" | ">");
             if could_be_marker && p.len() < 16 {
                 return Step::Wait;

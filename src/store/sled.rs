@@ -61,24 +61,40 @@ struct CommitState {
 impl GroupCommit {
     /// Registers an applied charge; returns its ticket.
     fn applied(&self) -> u64 {
-        let mut s = self.state.lock().expect("commit lock is never poisoned: no panics inside");
+        let mut s = self
+            .state
+            .lock()
+            .expect("commit lock is never poisoned: no panics inside");
         s.applied += 1;
         s.applied
     }
 
     /// Returns once charge `ticket` is on disk, flushing with `flush` when no one else is.
-    fn wait_durable(&self, ticket: u64, flush: impl Fn() -> Result<(), StoreError>) -> Result<(), StoreError> {
-        let mut s = self.state.lock().expect("commit lock is never poisoned: no panics inside");
+    fn wait_durable(
+        &self,
+        ticket: u64,
+        flush: impl Fn() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut s = self
+            .state
+            .lock()
+            .expect("commit lock is never poisoned: no panics inside");
         while s.durable < ticket {
             if s.flushing {
-                s = self.flushed.wait(s).expect("commit lock is never poisoned: no panics inside");
+                s = self
+                    .flushed
+                    .wait(s)
+                    .expect("commit lock is never poisoned: no panics inside");
                 continue;
             }
             s.flushing = true;
             let target = s.applied;
             drop(s);
             let result = flush();
-            s = self.state.lock().expect("commit lock is never poisoned: no panics inside");
+            s = self
+                .state
+                .lock()
+                .expect("commit lock is never poisoned: no panics inside");
             s.flushing = false;
             if result.is_ok() {
                 s.durable = s.durable.max(target);
@@ -524,7 +540,9 @@ impl UsageSink for SledStore {
             })
             .map_err(|e| UsageError::Store(format!("{e:?}")))?;
         let ticket = self.commits.applied();
-        self.commits.wait_durable(ticket, || self.flush()).map_err(UsageError::from)
+        self.commits
+            .wait_durable(ticket, || self.flush())
+            .map_err(UsageError::from)
     }
 }
 
@@ -664,7 +682,13 @@ mod tests {
                 let s = s.clone();
                 std::thread::spawn(move || {
                     for i in 0..25 {
-                        s.record(&event("org_a", 1_795_651_199_000 + t * 100 + i, UsageKind::Tokens, 1)).unwrap();
+                        s.record(&event(
+                            "org_a",
+                            1_795_651_199_000 + t * 100 + i,
+                            UsageKind::Tokens,
+                            1,
+                        ))
+                        .unwrap();
                     }
                 })
             })
