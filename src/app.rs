@@ -29,6 +29,8 @@ pub struct App {
     pub llm: Arc<dyn Provider>,
     /// Chat turns over the language model.
     pub chat: ChatService,
+    /// The speech-recognition workers.
+    pub asr: Arc<callstream_actors::asr::pool::AsrPool>,
 }
 
 /// Why the service could not be put together.
@@ -49,6 +51,9 @@ pub enum OpenError {
     /// The language model could not be loaded or reached.
     #[error("language model: {0} (scripts/setup.sh installs the embedded one)")]
     Llm(#[from] LlmError),
+    /// The speech engine could not start.
+    #[error("speech engine: {0}")]
+    Asr(#[from] callstream_actors::asr::AsrError),
 }
 
 /// Opens the store of `config`'s data directory, creating it on first use.
@@ -66,6 +71,7 @@ impl App {
         let languages = model_languages(&config.models.whisper)?;
         let store = open_store(&config)?;
         let llm = crate::llm::build_provider(&config)?;
+        let asr = Arc::new(crate::speech::start_pool(&config, None)?);
         let chat = ChatService::new(
             llm.clone(),
             ChatSettings {
@@ -74,6 +80,7 @@ impl App {
             },
         );
         Ok(Self {
+            asr,
             llm,
             chat,
             auth: Arc::new(Authenticator::new(config.clone(), store.clone())),

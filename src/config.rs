@@ -33,6 +33,8 @@ pub struct Config {
     pub llm: LlmConfig,
     /// Speech-recognition workers.
     pub asr: AsrConfig,
+    /// File transcription.
+    pub transcribe: TranscribeConfig,
     /// Utterance segmentation.
     pub vad: VadSettings,
     /// Service-wide limits.
@@ -142,6 +144,31 @@ impl AsrConfig {
             live_queue: self.live_queue,
             file_queue: self.file_queue,
         }
+    }
+}
+
+/// `[transcribe]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscribeConfig {
+    /// Largest upload in MiB.
+    pub max_upload_mb: u64,
+    /// Speaker role of each channel, in channel order.
+    pub channel_roles: Vec<String>,
+}
+
+impl TranscribeConfig {
+    /// Largest upload in bytes.
+    pub fn max_upload_bytes(&self) -> u64 {
+        self.max_upload_mb.saturating_mul(1 << 20)
+    }
+
+    /// The role of channel `c`.
+    pub fn role(&self, c: usize) -> String {
+        self.channel_roles
+            .get(c)
+            .cloned()
+            .unwrap_or_else(|| format!("channel {c}"))
     }
 }
 

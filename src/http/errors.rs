@@ -27,6 +27,17 @@ pub enum ApiError {
         /// What is wrong.
         message: String,
     },
+    /// The upload is in a format we do not decode.
+    #[error("unsupported audio format: {0}")]
+    UnsupportedMedia(String),
+    /// An error with more to say than its kind.
+    #[error("{error}: {detail}")]
+    Detailed {
+        /// The error.
+        error: Box<ApiError>,
+        /// What else the caller should know.
+        detail: String,
+    },
     /// The language model failed or is busy.
     #[error(transparent)]
     Llm(#[from] LlmError),
@@ -39,6 +50,16 @@ pub enum ApiError {
 }
 
 impl warp::reject::Reject for ApiError {}
+
+impl ApiError {
+    /// This error, with more for the caller to read in its message.
+    pub fn with_detail(self, detail: String) -> Self {
+        ApiError::Detailed {
+            error: Box::new(self),
+            detail,
+        }
+    }
+}
 
 impl From<AuthError> for Rejection {
     fn from(e: AuthError) -> Self {
@@ -78,6 +99,10 @@ impl ApiError {
                 AuthError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             },
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::UnsupportedMedia(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::Detailed { error, .. } => error.status(),
             ApiError::Llm(e) => match e {
                 LlmError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "model_busy"),
                 LlmError::ContextOverflow { .. } => {

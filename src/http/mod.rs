@@ -8,6 +8,7 @@ pub mod filters;
 pub mod health;
 pub mod languages;
 pub mod realtime;
+pub mod transcribe;
 
 use std::convert::Infallible;
 
@@ -28,5 +29,6 @@ pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> 
         .or(languages::routes(app.clone()))
         .or(account::routes(app.clone()))
         .or(chat::routes(app.clone()))
-        .or(realtime::routes(app))
+        .or(realtime::routes(app.clone()))
+        .or(transcribe::routes(app))
 }

@@ -33,6 +33,7 @@ pub struct Seen {
 #[derive(Clone)]
 pub struct FakeUpstream {
     pub addr: SocketAddr,
+    default: Arc<Mutex<Reply>>,
     script: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
@@ -79,13 +80,14 @@ impl FakeUpstream {
     pub async fn start() -> Self {
         let script: Arc<Mutex<VecDeque<Reply>>> = Arc::default();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let (s, r) = (script.clone(), seen.clone());
+        let default = Arc::new(Mutex::new(Reply::Text(vec!["ok"], (5, 1))));
+        let (s, r, d) = (script.clone(), seen.clone(), default.clone());
         let route = warp::path!("v1" / "chat" / "completions")
             .and(warp::post())
             .and(warp::header::optional::<String>("authorization"))
             .and(warp::body::json())
             .then(move |authorization: Option<String>, body: Value| {
-                let (script, seen) = (s.clone(), r.clone());
+                let (script, seen, default) = (s.clone(), r.clone(), d.clone());
                 async move {
                     seen.lock().unwrap().push(Seen {
                         authorization,
@@ -95,7 +97,7 @@ impl FakeUpstream {
                         .lock()
                         .unwrap()
                         .pop_front()
-                        .unwrap_or(Reply::Text(vec!["ok"], (5, 1)));
+                        .unwrap_or_else(|| default.lock().unwrap().clone());
                     match reply {
                         Reply::Status(code, body) => warp::http::Response::builder()
                             .status(code)
@@ -129,11 +131,21 @@ impl FakeUpstream {
             });
         let (addr, server) = warp::serve(route).bind_ephemeral(([127, 0, 0, 1], 0));
         tokio::spawn(server);
-        Self { addr, script, seen }
+        Self {
+            addr,
+            default,
+            script,
+            seen,
+        }
     }
 
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The answer once the script has run out.
+    pub fn set_default(&self, reply: Reply) {
+        *self.default.lock().unwrap() = reply;
     }
 
     pub fn push(&self, reply: Reply) {
