@@ -119,9 +119,13 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
 /// Uploads the file to `POST /api/transcribe` with a progress bar and prints the answer.
 fn remote(url: &str, args: TranscribeArgs, json: bool) -> anyhow::Result<()> {
     let key = args.key.clone().context("--key is required with --url")?;
-    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let bytes = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
     let total = bytes.len() as u64;
-    let name = args.file.file_name().map_or_else(|| "audio".into(), |n| n.to_string_lossy().into_owned());
+    let name = args
+        .file
+        .file_name()
+        .map_or_else(|| "audio".into(), |n| n.to_string_lossy().into_owned());
     let bar = ProgressBar::new(total).with_style(
         ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {bytes}/{total_bytes}")
             .expect("the template is valid")
@@ -139,7 +143,9 @@ fn remote(url: &str, args: TranscribeArgs, json: bool) -> anyhow::Result<()> {
             }
             Ok::<_, std::io::Error>(c)
         }));
-        let part = reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(stream), total).file_name(name);
+        let part =
+            reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(stream), total)
+                .file_name(name);
         let form = reqwest::multipart::Form::new()
             .part("file", part)
             .text("language", args.language.clone())
@@ -153,13 +159,24 @@ fn remote(url: &str, args: TranscribeArgs, json: bool) -> anyhow::Result<()> {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         });
-        let resp = reqwest::Client::new().post(&endpoint).header("X-API-Key", key).multipart(form).send().await;
+        let resp = reqwest::Client::new()
+            .post(&endpoint)
+            .header("X-API-Key", key)
+            .multipart(form)
+            .send()
+            .await;
         tick.abort();
         let resp = resp.with_context(|| format!("cannot reach {endpoint}"))?;
         let status = resp.status();
-        let body: serde_json::Value = resp.json().await.context("the server's answer is not JSON")?;
+        let body: serde_json::Value = resp
+            .json()
+            .await
+            .context("the server's answer is not JSON")?;
         if !status.is_success() {
-            anyhow::bail!("{status}: {}", body["error"]["message"].as_str().unwrap_or("no message"));
+            anyhow::bail!(
+                "{status}: {}",
+                body["error"]["message"].as_str().unwrap_or("no message")
+            );
         }
         Ok::<_, anyhow::Error>(body)
     })?;
@@ -170,7 +187,11 @@ fn remote(url: &str, args: TranscribeArgs, json: bool) -> anyhow::Result<()> {
     }
     let channels = response["channels"].as_u64().unwrap_or(1);
     for s in response["segments"].as_array().into_iter().flatten() {
-        let who = if channels > 1 { format!("{}  ", s["speaker"].as_str().unwrap_or("?")) } else { String::new() };
+        let who = if channels > 1 {
+            format!("{}  ", s["speaker"].as_str().unwrap_or("?"))
+        } else {
+            String::new()
+        };
         println!(
             "[{} -> {}] {who}{}",
             super::clock(s["start"].as_f64().unwrap_or(0.0)),

@@ -124,12 +124,40 @@ fn normalise(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Keeps only evidence quotes that occur verbatim in `transcript` (runs of white space count as
-/// one space; quote marks around a quote are removed) and writes them in that exact form;
-/// clamps confidences to 0..1; a criterion marked identified that is left with no evidence
-/// becomes partial.
+/// The speaker labels of a transcript whose lines read `Speaker: text`.
+fn speaker_labels(transcript: &str) -> Vec<String> {
+    let mut labels: Vec<String> = transcript
+        .lines()
+        .filter_map(|l| l.split_once(": ").map(|(who, _)| who.trim().to_owned()))
+        .filter(|who| !who.is_empty() && who.len() <= 32 && who.split_whitespace().count() <= 3)
+        .collect();
+    labels.sort();
+    labels.dedup();
+    labels
+}
+
+fn strip_label<'a>(s: &'a str, labels: &[String]) -> &'a str {
+    labels
+        .iter()
+        .find_map(|l| {
+            s.strip_prefix(l.as_str())
+                .and_then(|rest| rest.strip_prefix(": "))
+        })
+        .unwrap_or(s)
+}
+
+/// Keeps only evidence quotes that occur verbatim in what was said in `transcript` (its lines
+/// read `Speaker: text`; a quote that carries a speaker label loses it; runs of white space
+/// count as one space; quote marks around a quote are removed) and writes them in that exact
+/// form, so each is a substring of the transcript text. Confidences are clamped to 0..1; a
+/// criterion marked identified that is left with no evidence becomes partial.
 pub fn verify_evidence(record: &mut Value, transcript: &str) {
-    let haystack = normalise(transcript);
+    let labels = speaker_labels(transcript);
+    let spoken: Vec<&str> = transcript
+        .lines()
+        .map(|l| strip_label(l, &labels))
+        .collect();
+    let haystack = normalise(&spoken.join(" "));
     let Some(criteria) = record.as_object_mut() else {
         return;
     };
@@ -142,11 +170,10 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) {
                 .iter()
                 .filter_map(Value::as_str)
                 .map(|q| {
-                    normalise(
-                        q.trim()
-                            .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”')),
-                    )
+                    q.trim()
+                        .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'))
                 })
+                .map(|q| normalise(strip_label(q, &labels)))
                 .filter(|q| !q.is_empty() && haystack.contains(q.as_str()))
                 .map(Value::from)
                 .collect();
@@ -202,14 +229,17 @@ mod tests {
         let transcript = "Customer: We have about fifty thousand dollars set aside.\nAgent: Great.";
         let mut record = serde_json::json!({
             "budget": {"status": "identified", "summary": "50k", "confidence": 1.4,
-                       "evidence": ["\"We have about fifty  thousand dollars\"", "we have about fifty thousand", "a million dollars"]},
+                       "evidence": ["\"We have about fifty  thousand dollars\"", "we have about fifty thousand", "a million dollars",
+                                    "Customer: set aside.", "Customer: We have about fifty thousand dollars set aside. Agent: Great."]},
             "timeline": {"status": "identified", "summary": "soon", "confidence": 0.5,
                          "evidence": ["next week"]}
         });
         verify_evidence(&mut record, transcript);
+        // A speaker label is not part of what was said: it is removed, and a quote that runs
+        // across two speakers' lines is not verbatim.
         assert_eq!(
             record["budget"]["evidence"],
-            serde_json::json!(["We have about fifty thousand dollars"])
+            serde_json::json!(["We have about fifty thousand dollars", "set aside."])
         );
         assert_eq!(record["budget"]["confidence"], 1.0);
         assert_eq!(record["budget"]["status"], "identified");
