@@ -277,10 +277,7 @@ async fn mcp_tools_are_offered_called_and_answered() {
     let env = Env::with(fake.env());
     let server = env.serve();
     let (org, _, secret) = env.org_with_key("Acme");
-    let header = format!("Authorization=Bearer {}", common::mcp::TOKEN);
-    env.cli_json(&[
-        "org", "set-mcp", &org, "--url", &mcp_url, "--header", &header,
-    ]);
+    common::mcp::attach(&env, &org, &mcp_url);
     let client = reqwest::Client::new();
     let (status, body) = post(
         &client,
@@ -322,22 +319,13 @@ async fn mcp_tools_are_offered_called_and_answered() {
 async fn tool_loop_cap_returns_no_priced_answer() {
     let (mcp_url, orders) = common::mcp::start().await;
     let fake = FakeUpstream::start().await;
-    for _ in 0..2 {
-        fake.push(Reply::ToolCall(
-            "get_order_status",
-            json!({"order_id": "1"}),
-            (30, 8),
-        ));
-    }
+    fake.push_tool_calls(2);
     let mut extra = fake.env();
     extra.push(("CALLSTREAM_LLM__MAX_TOOL_ITERATIONS", "2".into()));
     let env = Env::with(extra);
     let server = env.serve();
     let (org, _, secret) = env.org_with_key("Acme");
-    let header = format!("Authorization=Bearer {}", common::mcp::TOKEN);
-    env.cli_json(&[
-        "org", "set-mcp", &org, "--url", &mcp_url, "--header", &header,
-    ]);
+    common::mcp::attach(&env, &org, &mcp_url);
     let client = reqwest::Client::new();
     let (status, body) = post(
         &client,

@@ -320,22 +320,13 @@ async fn revoking_the_key_closes_an_idle_session_with_1011() {
 async fn tool_loop_cap_ends_the_turn_with_null_usage() {
     let (mcp_url, _) = common::mcp::start().await;
     let fake = FakeUpstream::start().await;
-    for _ in 0..2 {
-        fake.push(Reply::ToolCall(
-            "get_order_status",
-            json!({"order_id": "1"}),
-            (30, 8),
-        ));
-    }
+    fake.push_tool_calls(2);
     let mut extra = fake.env();
     extra.push(("CALLSTREAM_LLM__MAX_TOOL_ITERATIONS", "2".into()));
     let env = Env::with(extra);
     let server = env.serve();
     let (org, _, secret) = env.org_with_key("Acme");
-    let header = format!("Authorization=Bearer {}", common::mcp::TOKEN);
-    env.cli_json(&[
-        "org", "set-mcp", &org, "--url", &mcp_url, "--header", &header,
-    ]);
+    common::mcp::attach(&env, &org, &mcp_url);
     let mut ws = connect(server.addr, Some(&secret)).await;
     let (_, last) = turn(&mut ws, message("order 1?")).await;
     assert_eq!(last, Got::Frame(json!({"type": "done", "usage": null})));

@@ -70,6 +70,12 @@ impl ServerHandler for Orders {
     }
 }
 
+/// Points `org`'s MCP integration at `url`, with the bearer token the server demands.
+pub fn attach(env: &super::Env, org: &str, url: &str) {
+    let header = format!("Authorization=Bearer {TOKEN}");
+    env.cli_json(&["org", "set-mcp", org, "--url", url, "--header", &header]);
+}
+
 /// Starts the server; returns its URL and the handler (to count calls).
 pub async fn start() -> (String, Orders) {
     let orders = Orders::default();

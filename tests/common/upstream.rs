@@ -148,6 +148,17 @@ impl FakeUpstream {
         *self.default.lock().unwrap() = reply;
     }
 
+    /// Scripts `n` answers that each call `get_order_status` again.
+    pub fn push_tool_calls(&self, n: usize) {
+        for _ in 0..n {
+            self.push(Reply::ToolCall(
+                "get_order_status",
+                json!({"order_id": "1"}),
+                (30, 8),
+            ));
+        }
+    }
+
     pub fn push(&self, reply: Reply) {
         self.script.lock().unwrap().push_back(reply);
     }

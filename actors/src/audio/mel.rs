@@ -59,26 +59,26 @@ impl std::fmt::Debug for LogMel {
     }
 }
 
+// Slaney's mel scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above.
+const F_SP: f64 = 200.0 / 3.0;
+const MIN_LOG_HZ: f64 = 1000.0;
+const MIN_LOG_MEL: f64 = MIN_LOG_HZ / F_SP;
+
+fn log_step() -> f64 {
+    6.4f64.ln() / 27.0
+}
+
 fn hz_to_mel(hz: f64) -> f64 {
-    // Slaney: linear below 1 kHz, logarithmic above.
-    const F_SP: f64 = 200.0 / 3.0;
-    const MIN_LOG_HZ: f64 = 1000.0;
-    let min_log_mel = MIN_LOG_HZ / F_SP;
-    let logstep = 6.4f64.ln() / 27.0;
     if hz >= MIN_LOG_HZ {
-        min_log_mel + (hz / MIN_LOG_HZ).ln() / logstep
+        MIN_LOG_MEL + (hz / MIN_LOG_HZ).ln() / log_step()
     } else {
         hz / F_SP
     }
 }
 
 fn mel_to_hz(mel: f64) -> f64 {
-    const F_SP: f64 = 200.0 / 3.0;
-    const MIN_LOG_HZ: f64 = 1000.0;
-    let min_log_mel = MIN_LOG_HZ / F_SP;
-    let logstep = 6.4f64.ln() / 27.0;
-    if mel >= min_log_mel {
-        MIN_LOG_HZ * (logstep * (mel - min_log_mel)).exp()
+    if mel >= MIN_LOG_MEL {
+        MIN_LOG_HZ * (log_step() * (mel - MIN_LOG_MEL)).exp()
     } else {
         F_SP * mel
     }
