@@ -5,6 +5,7 @@
 
 pub mod keys;
 pub mod ratelimit;
+pub mod rfc9421;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
