@@ -7,4 +7,5 @@
 
 pub mod asr;
 pub mod audio;
+pub mod protocol;
 pub mod usage;
