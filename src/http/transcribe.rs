@@ -262,22 +262,17 @@ async fn transcribe(
     } else {
         dialogue
     };
-    let (intent, _) = analyse(provider.as_ref(), ProfileKind::Intent, &transcript).await?;
-    let bant = match bant {
-        true => Some(
-            analyse(provider.as_ref(), ProfileKind::Bant, &transcript)
-                .await?
-                .0,
-        ),
-        false => None,
+    let run = |kind| analyse(provider.as_ref(), kind, &transcript);
+    let intent = run(ProfileKind::Intent).await?.0;
+    let bant = if bant {
+        Some(run(ProfileKind::Bant).await?.0)
+    } else {
+        None
     };
-    let neat_p = match neat {
-        true => Some(
-            analyse(provider.as_ref(), ProfileKind::NeatP, &transcript)
-                .await?
-                .0,
-        ),
-        false => None,
+    let neat_p = if neat {
+        Some(run(ProfileKind::NeatP).await?.0)
+    } else {
+        None
     };
     tracing::info!(
         audio_s = duration_ms as f64 / 1000.0,
