@@ -126,14 +126,16 @@ impl Quotas {
     }
 }
 
-impl QuotaGate for Quotas {
-    fn allowance(
+impl Quotas {
+    /// What is left of `kind`'s pool for `org_id` on `plan`, for callers that already hold the
+    /// organisation's plan (the edge does): it saves reading the organisation again.
+    pub fn allowance_for(
         &self,
         org_id: &str,
+        plan: &Plan,
         kind: UsageKind,
         at_ms: i64,
-    ) -> Result<Allowance, UsageError> {
-        let (_, plan) = self.plan_of(org_id)?;
+    ) -> Result<Allowance, StoreError> {
         let quota = match kind {
             UsageKind::Tokens => plan.chat_tokens_per_month,
             UsageKind::AudioMs => plan
@@ -149,6 +151,18 @@ impl QuotaGate for Quotas {
             UsageKind::AudioMs => audio_ms,
         };
         Ok(Allowance::Remaining(quota.saturating_sub(used)))
+    }
+}
+
+impl QuotaGate for Quotas {
+    fn allowance(
+        &self,
+        org_id: &str,
+        kind: UsageKind,
+        at_ms: i64,
+    ) -> Result<Allowance, UsageError> {
+        let (_, plan) = self.plan_of(org_id)?;
+        Ok(self.allowance_for(org_id, &plan, kind, at_ms)?)
     }
 }
 

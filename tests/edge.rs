@@ -152,13 +152,14 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
     tokio::spawn(serving);
     let url = |p: &str| format!("http://{addr}{p}");
     let client = reqwest::Client::new();
+    let probe = |path: &'static str| {
+        client
+            .get(url(path))
+            .header("X-API-Key", secret.as_str())
+            .send()
+    };
 
-    let resp = client
-        .get(url("/probe/audio"))
-        .header("X-API-Key", &secret)
-        .send()
-        .await
-        .unwrap();
+    let resp = probe("/probe/audio").await.unwrap();
     assert_eq!(resp.status(), 200);
 
     // The free plan has 60 audio-minutes a month: use 59 min 59.999 s, then the rest.
@@ -177,30 +178,15 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
             .unwrap()
     };
     record(3_599_999);
-    let resp = client
-        .get(url("/probe/audio"))
-        .header("X-API-Key", &secret)
-        .send()
-        .await
-        .unwrap();
+    let resp = probe("/probe/audio").await.unwrap();
     assert_eq!(resp.status(), 200, "one millisecond is left");
     record(1);
-    let resp = client
-        .get(url("/probe/audio"))
-        .header("X-API-Key", &secret)
-        .send()
-        .await
-        .unwrap();
+    let resp = probe("/probe/audio").await.unwrap();
     assert_eq!(resp.status(), 402);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_error(&body, "quota_exhausted");
 
-    let resp = client
-        .get(url("/probe/tokens"))
-        .header("X-API-Key", &secret)
-        .send()
-        .await
-        .unwrap();
+    let resp = probe("/probe/tokens").await.unwrap();
     assert_eq!(resp.status(), 200, "the chat pool is separate");
 
     let (status, _, body) = get(&client, &url("/api/usage"), Some(&secret)).await;

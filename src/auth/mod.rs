@@ -10,7 +10,7 @@ pub mod rfc9421;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use callstream_actors::usage::{QuotaGate, UsageError, UsageKind};
+use callstream_actors::usage::{Allowance, UsageError, UsageKind};
 
 use crate::config::{Config, Plan};
 use crate::store::{ApiKey, Org, Store, StoreError};
@@ -138,14 +138,22 @@ impl Authenticator {
         kind: UsageKind,
         now_ms: i64,
     ) -> Result<(), AuthError> {
-        if self
-            .quotas
-            .allowance(&caller.org.id, kind, now_ms)?
-            .is_exhausted()
-        {
+        if self.allowance(caller, kind, now_ms)?.is_exhausted() {
             return Err(AuthError::QuotaExhausted(kind));
         }
         Ok(())
+    }
+
+    /// What is left of the caller's `kind` pool this month.
+    pub fn allowance(
+        &self,
+        caller: &Caller,
+        kind: UsageKind,
+        now_ms: i64,
+    ) -> Result<Allowance, AuthError> {
+        Ok(self
+            .quotas
+            .allowance_for(&caller.org.id, &caller.plan, kind, now_ms)?)
     }
 
     /// The quota view used by this authenticator.

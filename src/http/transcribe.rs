@@ -22,7 +22,7 @@ use warp::{Filter, Rejection, Reply};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::Word;
 use callstream_actors::audio::decode::{decode, DecodeError, OUTPUT_RATE};
-use callstream_actors::usage::{Allowance, QuotaGate, UsageKind, UsageSource};
+use callstream_actors::usage::{Allowance, UsageKind, UsageSource};
 
 use crate::app::App;
 use crate::auth::{AuthError, Caller};
@@ -186,7 +186,6 @@ async fn transcribe(
     caller: Caller,
     form: warp::multipart::FormData,
 ) -> Result<warp::reply::Response, ApiError> {
-    let form = read_form(&app, form).await?;
     let Form {
         file,
         extension,
@@ -194,7 +193,7 @@ async fn transcribe(
         bant,
         neat,
         user,
-    } = form;
+    } = read_form(&app, form).await?;
     let audio =
         tokio::task::spawn_blocking(move || decode(file, extension.as_deref(), OUTPUT_RATE))
             .await
@@ -211,8 +210,7 @@ async fn transcribe(
     // and then not billable.
     match app
         .auth
-        .quotas()
-        .allowance(&caller.org.id, UsageKind::AudioMs, crate::clock::now_ms())
+        .allowance(&caller, UsageKind::AudioMs, crate::clock::now_ms())
     {
         Ok(Allowance::Remaining(left)) if left < duration_ms => {
             return Err(
@@ -224,7 +222,7 @@ async fn transcribe(
             );
         }
         Ok(_) => {}
-        Err(e) => return Err(ApiError::Auth(e.into())),
+        Err(e) => return Err(ApiError::Auth(e)),
     }
 
     let started = Instant::now();
