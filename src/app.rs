@@ -31,6 +31,8 @@ pub struct App {
     pub chat: ChatService,
     /// The speech-recognition workers.
     pub asr: Arc<callstream_actors::asr::pool::AsrPool>,
+    /// Live calls: connector authentication, billing, intent analysis.
+    pub calls: Arc<crate::calls::Calls>,
 }
 
 /// Why the service could not be put together.
@@ -80,6 +82,11 @@ impl App {
             },
         );
         Ok(Self {
+            calls: Arc::new(crate::calls::Calls::new(
+                config.clone(),
+                store.clone(),
+                llm.clone(),
+            )),
             asr,
             llm,
             chat,

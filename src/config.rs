@@ -37,6 +37,8 @@ pub struct Config {
     pub transcribe: TranscribeConfig,
     /// Utterance segmentation.
     pub vad: VadSettings,
+    /// Live calls over AudioHook.
+    pub calls: CallsConfig,
     /// Service-wide limits.
     pub limits: LimitsConfig,
     /// Plans by name.
@@ -196,6 +198,33 @@ impl VadSettings {
     }
 }
 
+/// `[calls]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallsConfig {
+    /// Interval of the quota check during a call.
+    pub quota_check_ms: u64,
+    /// Interval of the incremental usage writes.
+    pub billing_flush_ms: u64,
+    /// How long the server waits for the client's `close` after sending `disconnect`.
+    pub disconnect_grace_ms: u64,
+    /// Utterances a channel holds while the speech workers' live queue is full.
+    pub max_held_utterances: usize,
+    /// Frames read from a call's socket and not yet taken by its transcribers.
+    pub inbound_frames: usize,
+    /// Messages queued for a call's socket.
+    pub outbound_messages: usize,
+    /// Largest binary frame, in bytes.
+    pub max_frame_bytes: usize,
+    /// Language used when a call names one the speech model does not accept.
+    pub default_language: String,
+    /// Speaker labels of the `external` and `internal` legs in the transcript the intent
+    /// analysis reads.
+    pub external_label: String,
+    /// See `external_label`.
+    pub internal_label: String,
+}
+
 /// `[limits]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -303,6 +332,19 @@ impl Config {
         if !(1_000..=30_000).contains(&self.vad.max_utterance_ms) {
             return Err(invalid(
                 "vad.max_utterance_ms must be between 1000 and 30000 (Whisper's window)".into(),
+            ));
+        }
+        let c = &self.calls;
+        if c.quota_check_ms < 100
+            || c.billing_flush_ms < 100
+            || c.inbound_frames == 0
+            || c.outbound_messages == 0
+            || c.max_frame_bytes < 1024
+        {
+            return Err(invalid(
+                "calls: quota_check_ms and billing_flush_ms must be at least 100, \
+                 inbound_frames and outbound_messages at least 1, max_frame_bytes at least 1024"
+                    .into(),
             ));
         }
         if let Some((name, _)) = self.plans.iter().find(|(_, p)| p.rpm == 0) {

@@ -8,6 +8,8 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod callclient;
+pub mod calls;
 pub mod clock;
 pub mod config;
 pub mod http;

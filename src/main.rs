@@ -46,6 +46,8 @@ enum Command {
         /// Organisation id.
         org: String,
     },
+    /// Stream an audio file to a live-call endpoint as an AudioHook v2 client would.
+    Call(cli::call::CallArgs),
     /// Transcribe an audio file here, with the configured speech engine.
     Transcribe(cli::transcribe::TranscribeArgs),
     /// Measure performance.
@@ -162,6 +164,16 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(Command::Call(args)) = cli.command {
+        // A client of a remote service: it needs no configuration.
+        return match cli::call::run(args, cli.json) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -212,6 +224,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Usage { org } => AdminRequest::Usage { org },
         Command::Transcribe(args) => return cli::transcribe::run(&config, args, cli.json),
+        Command::Call(_) => unreachable!("handled before the configuration is loaded"),
         Command::Bench(command) => return cli::bench::run(&config, command),
     };
     let response = AdminClient::connect(Arc::new(config))?.execute(request)?;

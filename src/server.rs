@@ -15,6 +15,7 @@ pub struct Server {
     shutdown: oneshot::Sender<()>,
     http: JoinHandle<()>,
     admin: JoinHandle<()>,
+    calls: std::sync::Arc<crate::calls::Calls>,
 }
 
 /// Why the server could not start.
@@ -38,6 +39,7 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
     let admin_listener = socket::bind(&socket::socket_path(&app.config.storage.data_dir))
         .map_err(ServeError::AdminSocket)?;
     let admin = tokio::spawn(socket::serve(admin_listener, app.admin.clone()));
+    let calls = app.calls.clone();
     let (shutdown, signal) = oneshot::channel::<()>();
     let (addr, serving) = warp::serve(crate::http::routes(app))
         .try_bind_with_graceful_shutdown(addr, async {
@@ -57,6 +59,7 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
         shutdown,
         http,
         admin,
+        calls,
     })
 }
 
@@ -67,5 +70,7 @@ impl Server {
         let _ = self.http.await;
         self.admin.abort();
         let _ = self.admin.await;
+        // Usage of calls still in progress is written before the process ends.
+        self.calls.shutdown().await;
     }
 }

@@ -7,5 +7,7 @@
 
 pub mod asr;
 pub mod audio;
+pub mod billing;
+pub mod call;
 pub mod protocol;
 pub mod usage;

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod call;
 pub mod transcribe;
 
 /// `12.345` seconds as `00:00:12.345`.

@@ -2,11 +2,13 @@
 //! [`errors`], the one place that maps errors to statuses and close codes.
 
 pub mod account;
+pub mod callstream;
 pub mod chat;
 pub mod errors;
 pub mod filters;
 pub mod health;
 pub mod languages;
+pub mod metrics;
 pub mod realtime;
 pub mod transcribe;
 
@@ -26,6 +28,8 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Infallib
 /// Every route, errors still as rejections (compose before [`errors::recover`]).
 pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
     health::routes()
+        .or(metrics::routes(app.clone()))
+        .or(callstream::routes(app.clone()))
         .or(languages::routes(app.clone()))
         .or(account::routes(app.clone()))
         .or(chat::routes(app.clone()))

@@ -68,6 +68,25 @@ impl std::fmt::Debug for Job {
     }
 }
 
+/// A live job the pool did not take.
+#[derive(Debug)]
+pub struct LiveRefused {
+    /// The job, untouched.
+    pub job: Job,
+    /// True when the pool has stopped (it will never take it); false when its queue is full.
+    pub stopped: bool,
+}
+
+impl From<LiveRefused> for AsrError {
+    fn from(r: LiveRefused) -> Self {
+        AsrError::Unavailable(if r.stopped {
+            "pool stopped".into()
+        } else {
+            "live transcription queue is full".into()
+        })
+    }
+}
+
 /// Counters of the pool, for logs and metrics.
 #[derive(Debug, Default)]
 pub struct PoolStats {
@@ -171,18 +190,20 @@ impl AsrPool {
         Ok(pool)
     }
 
-    /// Queues live-call work; fails at once when the live queue is full.
-    pub fn submit_live(&self, job: Job) -> Result<(), AsrError> {
+    /// Queues live-call work; when the live queue is full (or the pool stopped) it fails at
+    /// once and hands the job back, so the caller decides whether to hold, retry or drop it.
+    pub fn submit_live(&self, job: Job) -> Result<(), LiveRefused> {
         let sender = self.live.as_ref().expect("senders live until drop");
         match sender.try_send(job) {
             Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => {
+            Err(TrySendError::Full(job)) => {
                 self.stats.live_rejected.fetch_add(1, Ordering::Relaxed);
-                Err(AsrError::Unavailable(
-                    "live transcription queue is full".into(),
-                ))
+                Err(LiveRefused {
+                    job,
+                    stopped: false,
+                })
             }
-            Err(TrySendError::Disconnected(_)) => Err(AsrError::Unavailable("pool stopped".into())),
+            Err(TrySendError::Disconnected(job)) => Err(LiveRefused { job, stopped: true }),
         }
     }
 

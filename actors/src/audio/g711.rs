@@ -1,4 +1,5 @@
-//! G.711 decoding: mu-law (PCMU) and A-law (PCMA) bytes to 16-bit linear PCM.
+//! G.711: mu-law (PCMU) and A-law (PCMA) bytes to 16-bit linear PCM, and linear PCM to mu-law
+//! (what an AudioHook client sends).
 //!
 //! Both are 256-entry tables computed at compile time from the ITU-T G.711 segment layout, so
 //! decoding is one indexed load per sample. The tests compare all 256 codes of each law with
@@ -54,6 +55,40 @@ pub fn decode_ulaw_into(input: &[u8], out: &mut [i16]) -> usize {
 /// number of samples written.
 pub fn decode_alaw_into(input: &[u8], out: &mut [i16]) -> usize {
     decode_with(&ALAW, input, out)
+}
+
+/// Linear sample to mu-law code (ITU-T G.711, with the usual bias of 0x84 and clip at 32635).
+pub const fn linear_to_ulaw(sample: i16) -> u8 {
+    const BIAS: i32 = 0x84;
+    const CLIP: i32 = 32_635;
+    let mut x = sample as i32;
+    let sign = if x < 0 {
+        x = -x;
+        0x80
+    } else {
+        0
+    };
+    if x > CLIP {
+        x = CLIP;
+    }
+    x += BIAS;
+    let mut exponent = 7;
+    let mut mask = 0x4000;
+    while exponent > 0 && x & mask == 0 {
+        exponent -= 1;
+        mask >>= 1;
+    }
+    let mantissa = (x >> (exponent + 3)) & 0x0F;
+    !(sign | (exponent << 4) | mantissa) as u8
+}
+
+/// Encodes linear samples as mu-law into `out`; returns the number of codes written.
+pub fn encode_ulaw_into(input: &[i16], out: &mut [u8]) -> usize {
+    let n = input.len().min(out.len());
+    for (o, &s) in out[..n].iter_mut().zip(&input[..n]) {
+        *o = linear_to_ulaw(s);
+    }
+    n
 }
 
 fn decode_with(table: &[i16; 256], input: &[u8], out: &mut [i16]) -> usize {
@@ -116,5 +151,17 @@ mod tests {
         let mut out = [0i16; 4];
         assert_eq!(decode_alaw_into(&[0xD5], &mut out), 1);
         assert_eq!(out, [8, 0, 0, 0]);
+    }
+
+    #[test]
+    fn ulaw_encoding_inverts_decoding() {
+        for code in 0..=255u8 {
+            let back = linear_to_ulaw(ULAW[usize::from(code)]);
+            // 0x7F and 0xFF both decode to zero; zero encodes as 0xFF.
+            let expect = if code == 0x7F { 0xFF } else { code };
+            assert_eq!(back, expect, "code {code:#04x}");
+        }
+        assert_eq!(linear_to_ulaw(i16::MAX), 0x80);
+        assert_eq!(linear_to_ulaw(i16::MIN), 0x00);
     }
 }

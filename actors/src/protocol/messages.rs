@@ -304,8 +304,11 @@ pub struct DisconnectParams {
 /// `intent_update` parameters (our extension).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IntentUpdateParams {
-    /// An intent result (spec 2.6).
+    /// An intent result (spec 2.6); `null` when the analysis failed.
     pub intent: serde_json::Value,
+    /// Why the analysis failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A message from the server.

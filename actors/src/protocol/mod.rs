@@ -1,4 +1,4 @@
-//! The AudioHook v2 protocol: typed messages (this module) and, later, the session state
-//! machine. No I/O here.
+//! The AudioHook v2 protocol: typed messages and the session state machine. No I/O here.
 
 pub mod messages;
+pub mod session;

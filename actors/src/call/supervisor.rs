@@ -1,0 +1,567 @@
+//! The call supervisor: one per live call. It owns the protocol session, answers the client,
+//! spawns the call's children once the session opens (a deinterleaver, a transcriber per
+//! channel, an intent actor), turns their results into `event` and `intent_update` messages,
+//! reports audio to the billing actor and checks the quota every
+//! [`CallSettings::quota_check`].
+//!
+//! A child that fails ends the call with close code 1011, except the intent actor, which is
+//! started again (its run is lost and answered with an error). The call's usage is written
+//! before the socket is closed, whichever way the call ends.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use ractor::concurrency::JoinHandle;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
+use super::intent::{Intent, IntentArgs, IntentMsg};
+use super::transcriber::{ChannelTranscript, Transcriber, TranscriberArgs, TranscriberMsg};
+use super::{CallSettings, Credit, IntentClassifier, LiveStats, Outbound};
+use crate::asr::pool::AsrPool;
+use crate::billing::{Account, BillingMsg};
+use crate::protocol::messages::Duration as Pt;
+use crate::protocol::messages::{
+    Alternative, Entity, EventParams, IntentUpdateParams, Interpretation, ServerEnvelope,
+    ServerMessage, Token, TranscriptData,
+};
+use crate::protocol::session::{OpenRequest, Session, State, Step};
+use crate::usage::Allowance;
+
+/// The `disconnect` info when the transcription quota is used up (fixed by the contract).
+pub const QUOTA_INFO: &str = "Transcription quota exhausted for this plan";
+/// The `disconnect` info when no offered media is supported.
+pub const MEDIA_INFO: &str =
+    "No supported audio format offered: this server accepts PCMU or L16 at 8000 Hz, 1 or 2 channels";
+
+/// Messages of the [`CallSupervisor`].
+#[derive(Debug)]
+pub enum CallMsg {
+    /// A text frame from the client.
+    Text(String, Credit),
+    /// A binary frame from the client.
+    Audio(Vec<u8>, Credit),
+    /// The socket closed or failed on the client's side.
+    SocketClosed,
+    /// A transcriber's result.
+    Transcript(ChannelTranscript),
+    /// A transcriber answered every utterance after [`TranscriberMsg::Finish`].
+    ChannelDone(usize),
+    /// The intent actor's result.
+    Intent(Result<Value, String>),
+    /// Time for the quota check.
+    QuotaTick,
+    /// The client did not answer our `disconnect` in time.
+    GraceOver,
+}
+
+/// Arguments of a [`CallSupervisor`].
+pub struct CallArgs {
+    /// This call's id (for logs and billing).
+    pub call_id: String,
+    /// The `Audiohook-Session-Id` of the upgrade request, if sent.
+    pub session_header: Option<String>,
+    /// Who pays.
+    pub account: Account,
+    /// Frames to the socket.
+    pub outbound: mpsc::Sender<Outbound>,
+    /// The speech workers.
+    pub pool: Arc<AsrPool>,
+    /// The process-wide billing actor.
+    pub billing: ActorRef<BillingMsg>,
+    /// The intent analysis.
+    pub classifier: Arc<dyn IntentClassifier>,
+    /// Settings.
+    pub settings: CallSettings,
+    /// Process-wide counters.
+    pub stats: Arc<LiveStats>,
+}
+
+/// The supervisor's state.
+pub struct CallState {
+    args: CallArgs,
+    session: Session,
+    language: String,
+    language_tag: Option<String>,
+    labels: Vec<String>,
+    lines: Vec<(f64, String, String)>,
+    deinterleaver: Option<ActorRef<DeinterleaverMsg>>,
+    transcribers: Vec<ActorRef<TranscriberMsg>>,
+    intent: Option<ActorRef<IntentMsg>>,
+    channels_done: usize,
+    metered: bool,
+    quota_timer: Option<JoinHandle<()>>,
+    ending: bool,
+    active: Option<ActiveCall>,
+}
+
+/// Counts the call in [`LiveStats::active_calls`] for as long as it lives, however it ends.
+struct ActiveCall(Arc<LiveStats>);
+
+impl ActiveCall {
+    fn new(stats: Arc<LiveStats>) -> Self {
+        stats.active_calls.fetch_add(1, Ordering::Relaxed);
+        Self(stats)
+    }
+}
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        self.0.active_calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The call supervisor actor.
+#[derive(Debug, Default)]
+pub struct CallSupervisor;
+
+impl CallState {
+    async fn send(&self, envelope: &ServerEnvelope) {
+        let text = serde_json::to_string(envelope).expect("server messages always serialize");
+        // The socket may be gone already; then there is nobody to tell.
+        let _ = self.args.outbound.send(Outbound::Text(text)).await;
+    }
+
+    async fn reply(&mut self, message: ServerMessage) {
+        let envelope = self.session.envelope(message);
+        self.send(&envelope).await;
+    }
+
+    /// Sends `disconnect` and gives the client a moment to answer with `close`.
+    async fn disconnect(&mut self, myself: &ActorRef<CallMsg>, info: &str) {
+        tracing::info!(call = %self.args.call_id, info, "disconnecting");
+        let envelope = self.session.disconnect(info);
+        self.send(&envelope).await;
+        myself.send_after(self.args.settings.disconnect_grace, || CallMsg::GraceOver);
+    }
+
+    /// Writes the call's usage, closes the socket and stops the call.
+    async fn end(&mut self, myself: &ActorRef<CallMsg>, code: u16, reason: &str) {
+        if std::mem::replace(&mut self.ending, true) {
+            return;
+        }
+        if let Some(timer) = self.quota_timer.take() {
+            timer.abort();
+        }
+        if self.metered {
+            let call = self.args.call_id.clone();
+            match ractor::call!(self.args.billing, |reply| BillingMsg::End { call, reply }) {
+                Ok(Ok(ms)) => {
+                    tracing::info!(call = %self.args.call_id, billed_s = ms as f64 / 1000.0, "call billed")
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(call = %self.args.call_id, error = %e, "call usage not written yet; billing retries")
+                }
+                Err(e) => {
+                    tracing::error!(call = %self.args.call_id, error = %e, "billing actor unreachable")
+                }
+            }
+        }
+        let _ = self
+            .args
+            .outbound
+            .send(Outbound::Close(code, reason.to_owned()))
+            .await;
+        tracing::info!(call = %self.args.call_id, code, "call ended");
+        myself.stop(None);
+    }
+
+    async fn open(
+        &mut self,
+        myself: &ActorRef<CallMsg>,
+        request: OpenRequest,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(media) = request.media.clone() else {
+            self.disconnect(myself, MEDIA_INFO).await;
+            return Ok(());
+        };
+        let settings = &self.args.settings;
+        if let Some(tag) = &request.params.language {
+            match settings.model_language(tag) {
+                Some(code) => self.language = code,
+                None => tracing::warn!(call = %self.args.call_id, language = %tag,
+                    fallback = %settings.default_language, "language not supported by the speech model"),
+            }
+            self.language_tag = Some(tag.clone());
+        }
+        let supported = request
+            .params
+            .supported_languages
+            .filter(|asked| *asked)
+            .map(|_| settings.languages.clone());
+        if request.probe {
+            tracing::info!(call = %self.args.call_id, "connection probe");
+            let opened = self.session.opened(supported);
+            self.send(&opened).await;
+            return Ok(());
+        }
+        if self.allowance().await?.is_exhausted() {
+            self.disconnect(myself, QUOTA_INFO).await;
+            return Ok(());
+        }
+        // Children first, so no audio can arrive before they exist.
+        let cell = myself.get_cell();
+        let mut transcribers = Vec::new();
+        for (channel, name) in media.entry.channels.iter().enumerate() {
+            self.labels.push(if name == "internal" {
+                settings.internal_label.clone()
+            } else {
+                settings.external_label.clone()
+            });
+            let args = TranscriberArgs {
+                channel,
+                language: self.language.clone(),
+                vad: settings.vad,
+                max_held: settings.max_held_utterances,
+                pool: self.args.pool.clone(),
+                supervisor: myself.clone(),
+                stats: self.args.stats.clone(),
+            };
+            let (t, _) = Actor::spawn_linked(None, Transcriber, args, cell.clone()).await?;
+            transcribers.push(t);
+        }
+        let (d, _) = Actor::spawn_linked(
+            None,
+            Deinterleaver,
+            DeinterleaverArgs {
+                encoding: media.encoding,
+                transcribers: transcribers.clone(),
+            },
+            cell.clone(),
+        )
+        .await?;
+        self.transcribers = transcribers;
+        self.deinterleaver = Some(d);
+        self.spawn_intent(myself).await?;
+        self.args.billing.cast(BillingMsg::Start {
+            call: self.args.call_id.clone(),
+            account: self.args.account.clone(),
+        })?;
+        self.metered = true;
+        self.args.stats.calls.fetch_add(1, Ordering::Relaxed);
+        self.active = Some(ActiveCall::new(self.args.stats.clone()));
+        self.quota_timer =
+            Some(myself.send_interval(self.args.settings.quota_check, || CallMsg::QuotaTick));
+        tracing::info!(call = %self.args.call_id, session = ?self.session.id(),
+            conversation = %request.params.conversation_id, format = %media.entry.format,
+            channels = ?media.entry.channels, language = %self.language, "call opened");
+        let opened = self.session.opened(supported);
+        self.send(&opened).await;
+        Ok(())
+    }
+
+    async fn spawn_intent(&mut self, myself: &ActorRef<CallMsg>) -> Result<(), ActorProcessingErr> {
+        let args = IntentArgs {
+            classifier: self.args.classifier.clone(),
+            supervisor: myself.clone(),
+        };
+        let (i, _) = Actor::spawn_linked(None, Intent, args, myself.get_cell()).await?;
+        // A new intent actor starts from the transcript so far.
+        for (at, who, text) in &self.lines {
+            i.cast(IntentMsg::Line(*at, who.clone(), text.clone()))?;
+        }
+        self.intent = Some(i);
+        Ok(())
+    }
+
+    async fn allowance(&self) -> Result<Allowance, ActorProcessingErr> {
+        let org_id = self.args.account.org_id.clone();
+        Ok(ractor::call!(self.args.billing, |reply| {
+            BillingMsg::Check { org_id, reply }
+        })??)
+    }
+
+    fn transcript_event(&self, t: ChannelTranscript) -> (TranscriptData, f64) {
+        let base = self.session.timeline_secs(t.start_sample);
+        let tr = t.transcript;
+        let tokens = tr
+            .words
+            .iter()
+            .map(|w| Token {
+                kind: "word".to_owned(),
+                value: w.text.clone(),
+                confidence: round3(f64::from(w.probability)),
+                offset: Pt(base + w.start),
+                duration: Pt((w.end - w.start).max(0.0)),
+                language: None,
+            })
+            .collect();
+        let data = TranscriptData {
+            id: uuid::Uuid::new_v4().to_string(),
+            channel_id: t.channel,
+            is_final: true,
+            offset: Pt(base + tr.start),
+            duration: Pt((tr.end - tr.start).max(0.0)),
+            alternatives: vec![Alternative {
+                confidence: round3(f64::from(tr.confidence)),
+                languages: self.language_tag.clone().map(|l| vec![l]),
+                interpretations: vec![Interpretation {
+                    kind: "display".to_owned(),
+                    transcript: tr.text,
+                    tokens,
+                }],
+            }],
+        };
+        (data, base + tr.start)
+    }
+
+    async fn on_step(
+        &mut self,
+        myself: &ActorRef<CallMsg>,
+        step: Step,
+        frame: Option<(Vec<u8>, Credit)>,
+    ) -> Result<(), ActorProcessingErr> {
+        match step {
+            Step::None => {}
+            Step::Reply(envelope) => self.send(&envelope).await,
+            Step::Open(request) => self.open(myself, request).await?,
+            Step::Audio(samples) => {
+                if let (Some(d), Some(frame)) = (&self.deinterleaver, frame) {
+                    self.args.billing.cast(BillingMsg::Audio {
+                        call: self.args.call_id.clone(),
+                        samples: samples as u64,
+                    })?;
+                    d.cast(DeinterleaverMsg::Frame(frame.0, frame.1))?;
+                }
+            }
+            Step::Language(tag, updated) => {
+                if let Some(tag) = tag {
+                    match self.args.settings.model_language(&tag) {
+                        Some(code) => {
+                            tracing::info!(call = %self.args.call_id, language = %tag, "language changed");
+                            for t in &self.transcribers {
+                                t.cast(TranscriberMsg::Language(code.clone()))?;
+                            }
+                            self.language = code;
+                            self.language_tag = Some(tag);
+                        }
+                        None => tracing::warn!(call = %self.args.call_id, language = %tag,
+                            "language not supported by the speech model; keeping the current one"),
+                    }
+                }
+                self.send(&updated).await;
+            }
+            Step::Analyze => match &self.intent {
+                Some(intent) if self.session.state() != State::Closing => {
+                    intent.cast(IntentMsg::Analyze)?
+                }
+                _ => {
+                    tracing::debug!(call = %self.args.call_id, "analyze ignored: no transcript to analyse")
+                }
+            },
+            Step::Close => {
+                if self.transcribers.is_empty() {
+                    let closed = self.session.closed();
+                    self.send(&closed).await;
+                    self.end(myself, 1000, "").await;
+                } else {
+                    for t in &self.transcribers {
+                        t.cast(TranscriberMsg::Finish)?;
+                    }
+                }
+            }
+            Step::Closed(closed) => {
+                self.send(&closed).await;
+                self.end(myself, 1000, "").await;
+            }
+            Step::Disconnect(envelope) => {
+                tracing::info!(call = %self.args.call_id, message = ?envelope.message, "protocol error");
+                self.send(&envelope).await;
+                myself.send_after(self.args.settings.disconnect_grace, || CallMsg::GraceOver);
+            }
+        }
+        Ok(())
+    }
+
+    fn is_child(&self, cell: &ActorCell) -> Option<&'static str> {
+        let id = cell.get_id();
+        if self.intent.as_ref().is_some_and(|i| i.get_id() == id) {
+            Some("intent")
+        } else if self
+            .deinterleaver
+            .as_ref()
+            .is_some_and(|d| d.get_id() == id)
+        {
+            Some("deinterleaver")
+        } else if self.transcribers.iter().any(|t| t.get_id() == id) {
+            Some("transcriber")
+        } else {
+            None
+        }
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl Actor for CallSupervisor {
+    type Msg = CallMsg;
+    type State = CallState;
+    type Arguments = CallArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: CallArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(CallState {
+            session: Session::new(args.session_header.clone()),
+            language: args.settings.default_language.clone(),
+            language_tag: None,
+            labels: Vec::new(),
+            lines: Vec::new(),
+            deinterleaver: None,
+            transcribers: Vec::new(),
+            intent: None,
+            channels_done: 0,
+            metered: false,
+            quota_timer: None,
+            ending: false,
+            active: None,
+            args,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.ending {
+            return Ok(());
+        }
+        match message {
+            CallMsg::Text(text, _credit) => {
+                let step = state.session.on_text(&text);
+                state.on_step(&myself, step, None).await?;
+            }
+            CallMsg::Audio(bytes, credit) => {
+                let step = state.session.on_audio(bytes.len());
+                state.on_step(&myself, step, Some((bytes, credit))).await?;
+            }
+            CallMsg::SocketClosed => {
+                tracing::info!(call = %state.args.call_id, "client went away");
+                state.end(&myself, 1000, "").await;
+            }
+            CallMsg::Transcript(t) => {
+                if state.session.state() == State::Ended {
+                    return Ok(());
+                }
+                let label = state.labels.get(t.channel).cloned().unwrap_or_default();
+                let (data, at) = state.transcript_event(t);
+                let text = data.alternatives[0].interpretations[0].transcript.clone();
+                if let Some(intent) = &state.intent {
+                    intent.cast(IntentMsg::Line(at, label.clone(), text.clone()))?;
+                }
+                state.lines.push((at, label, text));
+                state.args.stats.transcripts.fetch_add(1, Ordering::Relaxed);
+                state
+                    .reply(ServerMessage::Event(EventParams {
+                        entities: vec![Entity::Transcript(data)],
+                    }))
+                    .await;
+            }
+            CallMsg::ChannelDone(_) => {
+                state.channels_done += 1;
+                if state.channels_done == state.transcribers.len()
+                    && state.session.state() == State::Closing
+                {
+                    let closed = state.session.closed();
+                    state.send(&closed).await;
+                    state.end(&myself, 1000, "").await;
+                }
+            }
+            CallMsg::Intent(result) => {
+                if matches!(state.session.state(), State::Active | State::Paused) {
+                    let params = match result {
+                        Ok(intent) => IntentUpdateParams {
+                            intent,
+                            error: None,
+                        },
+                        Err(e) => IntentUpdateParams {
+                            intent: Value::Null,
+                            error: Some(e),
+                        },
+                    };
+                    state.reply(ServerMessage::IntentUpdate(params)).await;
+                }
+            }
+            CallMsg::QuotaTick => {
+                if matches!(state.session.state(), State::Active | State::Paused) {
+                    match state.allowance().await {
+                        Ok(a) if a.is_exhausted() => state.disconnect(&myself, QUOTA_INFO).await,
+                        Ok(_) => {}
+                        // A failed check does not end a paying call; the next one may succeed.
+                        Err(e) => {
+                            tracing::error!(call = %state.args.call_id, error = %e, "quota check failed")
+                        }
+                    }
+                }
+            }
+            CallMsg::GraceOver => {
+                if state.session.state() == State::Disconnecting {
+                    state.end(&myself, 1000, "").await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, why) = match &event {
+            SupervisionEvent::ActorFailed(cell, e) => (cell.clone(), e.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => (
+                cell.clone(),
+                reason.clone().unwrap_or_else(|| "stopped".into()),
+            ),
+            _ => return Ok(()),
+        };
+        if state.ending {
+            return Ok(());
+        }
+        match state.is_child(&cell) {
+            Some("intent") => {
+                tracing::error!(call = %state.args.call_id, why = %why, "intent actor ended; starting a new one");
+                state.spawn_intent(&myself).await?;
+                state
+                    .reply(ServerMessage::IntentUpdate(IntentUpdateParams {
+                        intent: Value::Null,
+                        error: Some("intent analysis failed".to_owned()),
+                    }))
+                    .await;
+            }
+            Some(child) => {
+                tracing::error!(call = %state.args.call_id, child, why = %why, "call child ended; ending the call");
+                state.end(&myself, 1011, "internal error").await;
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        for t in &state.transcribers {
+            t.stop(None);
+        }
+        if let Some(d) = &state.deinterleaver {
+            d.stop(None);
+        }
+        if let Some(i) = &state.intent {
+            i.stop(None);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,217 @@
+//! `WSS /api/callstream/ws`: live calls from Genesys Cloud over AudioHook v2.
+//!
+//! The upgrade request is authenticated here (connector client id in `X-API-Key`, RFC 9421
+//! signature keyed by its client secret); any failure closes the socket with 4401 before a
+//! protocol message. An authenticated socket gets a [`CallSupervisor`] that runs the protocol
+//! and the call's actors. This module only moves frames: the socket's reader hands each frame
+//! to the supervisor with a credit from a bounded pool (so a call that cannot keep up stops
+//! being read, and TCP pushes back on the client), and its writer sends what the supervisor
+//! queues. If the supervisor dies without closing the socket, the writer closes it with 1011
+//! and the call's usage is written here.
+
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use ractor::Actor;
+use tokio::sync::{mpsc, Semaphore};
+use warp::http::HeaderMap;
+use warp::ws::{Message as WsMessage, WebSocket, Ws};
+use warp::{Filter, Rejection, Reply};
+
+use callstream_actors::billing::{Account, BillingMsg};
+use callstream_actors::call::{CallArgs, CallMsg, CallSupervisor, Outbound};
+
+use crate::app::App;
+use crate::auth::rfc9421::RequestParts;
+
+/// Close code of a refused handshake.
+pub const UNAUTHORIZED: u16 = 4401;
+/// Close code of an unhandled server error.
+pub const INTERNAL: u16 = 1011;
+
+/// `GET /api/callstream/ws` (WebSocket upgrade).
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
+    warp::path!("api" / "callstream" / "ws")
+        .and(warp::ws())
+        .and(warp::path::full())
+        .and(warp::query::raw().or(warp::any().map(String::new)).unify())
+        .and(warp::header::headers_cloned())
+        .map(
+            move |ws: Ws, path: warp::path::FullPath, query: String, headers: HeaderMap| {
+                let app = app.clone();
+                let verdict = authenticate(&app, path.as_str(), &query, &headers);
+                let session_header = headers
+                    .get("audiohook-session-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let max = app.config.calls.max_frame_bytes;
+                ws.max_message_size(max)
+                    .max_frame_size(max)
+                    .on_upgrade(move |socket| async move {
+                        match verdict {
+                            Ok(account) => call(app, account, session_header, socket).await,
+                            Err(()) => refuse(socket).await,
+                        }
+                    })
+            },
+        )
+}
+
+fn authenticate(app: &App, path: &str, query: &str, headers: &HeaderMap) -> Result<Account, ()> {
+    let pairs: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let target = if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    };
+    let authority = headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let request = RequestParts {
+        method: "GET",
+        target: &target,
+        authority,
+        headers: &pairs,
+    };
+    app.calls
+        .authenticate(&request, crate::clock::now_ms() / 1000)
+        .map_err(|e| {
+            tracing::info!(error = %e, "AudioHook handshake refused");
+        })
+}
+
+async fn refuse(socket: WebSocket) {
+    let (mut tx, _rx) = socket.split();
+    let _ = tx
+        .send(WsMessage::close_with(UNAUTHORIZED, "unauthorized"))
+        .await;
+    let _ = tx.close().await;
+}
+
+async fn call(app: App, account: Account, session_header: Option<String>, socket: WebSocket) {
+    let (mut tx, mut rx) = socket.split();
+    let settings = &app.config.calls;
+    let billing = match app.calls.billing().await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "billing actor unavailable");
+            let _ = tx
+                .send(WsMessage::close_with(INTERNAL, "internal error"))
+                .await;
+            return;
+        }
+    };
+    let call_id = crate::store::new_id("call", 12);
+    let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(settings.outbound_messages);
+    let languages: Vec<String> = app.languages.iter().map(|l| l.code.clone()).collect();
+    let args = CallArgs {
+        call_id: call_id.clone(),
+        session_header,
+        account,
+        outbound: out_tx,
+        pool: app.asr.clone(),
+        billing: billing.clone(),
+        classifier: app.calls.classifier.clone(),
+        settings: app.calls.settings(&languages),
+        stats: app.calls.stats.clone(),
+    };
+    let (supervisor, _handle) = match Actor::spawn(None, CallSupervisor, args).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "call supervisor did not start");
+            let _ = tx
+                .send(WsMessage::close_with(INTERNAL, "internal error"))
+                .await;
+            return;
+        }
+    };
+
+    // The writer: frames the supervisor queues, until it closes the socket or goes away.
+    let mut writer = tokio::spawn(async move {
+        while let Some(out) = out_rx.recv().await {
+            match out {
+                Outbound::Text(text) => {
+                    if tx.send(WsMessage::text(text)).await.is_err() {
+                        return true;
+                    }
+                }
+                Outbound::Close(code, reason) => {
+                    let _ = tx.send(WsMessage::close_with(code, reason)).await;
+                    let _ = tx.close().await;
+                    return true;
+                }
+            }
+        }
+        // The supervisor is gone without closing the socket: it failed.
+        let _ = tx
+            .send(WsMessage::close_with(INTERNAL, "internal error"))
+            .await;
+        let _ = tx.close().await;
+        false
+    });
+
+    let credits = Arc::new(Semaphore::new(settings.inbound_frames));
+    let mut writer_done = None;
+    loop {
+        tokio::select! {
+            done = &mut writer => {
+                writer_done = Some(done.unwrap_or(false));
+                break;
+            }
+            incoming = rx.next() => {
+                let msg = match incoming {
+                    Some(Ok(msg)) if msg.is_close() => None,
+                    Some(Ok(msg)) => Some(msg),
+                    Some(Err(e)) => {
+                        tracing::info!(call = %call_id, error = %e, "call socket error");
+                        None
+                    }
+                    None => None,
+                };
+                let Some(msg) = msg else {
+                    let _ = supervisor.cast(CallMsg::SocketClosed);
+                    break;
+                };
+                if !(msg.is_text() || msg.is_binary()) {
+                    continue;
+                }
+                let Ok(permit) = credits.clone().acquire_owned().await else { break };
+                let credit = Arc::new(permit);
+                let message = if msg.is_text() {
+                    CallMsg::Text(msg.to_str().unwrap_or_default().to_owned(), credit)
+                } else {
+                    CallMsg::Audio(msg.into_bytes(), credit)
+                };
+                if supervisor.cast(message).is_err() {
+                    // The supervisor has stopped; the writer tells how.
+                    break;
+                }
+            }
+        }
+    }
+    let closed_cleanly = match writer_done {
+        Some(clean) => clean,
+        None => writer.await.unwrap_or(false),
+    };
+    if !closed_cleanly {
+        tracing::error!(call = %call_id, "call supervisor failed; closed with 1011");
+        let call = call_id.clone();
+        match ractor::call!(billing, |reply| BillingMsg::End { call, reply }) {
+            Ok(Ok(ms)) => {
+                tracing::info!(call = %call_id, billed_s = ms as f64 / 1000.0, "call billed")
+            }
+            other => {
+                tracing::error!(call = %call_id, result = ?other.err(), "call usage not written yet; billing retries")
+            }
+        }
+    }
+}
