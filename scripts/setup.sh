@@ -39,3 +39,14 @@ fi
 command -v cargo >/dev/null || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
 
 python3 scripts/models.py --set "$model_set"
+
+# The test suite checks the live-call handshake against an independent RFC 9421 signer (PyPI
+# http-message-signatures), kept out of the system Python in ~/.cache/callstream/pydeps.
+if [ "$model_set" != default ]; then
+  pydeps="${CALLSTREAM_PYDEPS:-$HOME/.cache/callstream/pydeps}"
+  if ! PYTHONPATH="$pydeps" python3 -c "import http_message_signatures" 2>/dev/null; then
+    echo "setup: installing http-message-signatures into $pydeps"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      --target "$pydeps" "http-message-signatures==3.0.0"
+  fi
+fi

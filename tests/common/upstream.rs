@@ -36,6 +36,7 @@ pub struct FakeUpstream {
     default: Arc<Mutex<Reply>>,
     script: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    delay: Arc<Mutex<Duration>>,
 }
 
 fn chunk(v: Value) -> String {
@@ -81,14 +82,17 @@ impl FakeUpstream {
         let script: Arc<Mutex<VecDeque<Reply>>> = Arc::default();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let default = Arc::new(Mutex::new(Reply::Text(vec!["ok"], (5, 1))));
-        let (s, r, d) = (script.clone(), seen.clone(), default.clone());
+        let delay: Arc<Mutex<Duration>> = Arc::default();
+        let (s, r, d, w) = (script.clone(), seen.clone(), default.clone(), delay.clone());
         let route = warp::path!("v1" / "chat" / "completions")
             .and(warp::post())
             .and(warp::header::optional::<String>("authorization"))
             .and(warp::body::json())
             .then(move |authorization: Option<String>, body: Value| {
                 let (script, seen, default) = (s.clone(), r.clone(), d.clone());
+                let wait = *w.lock().unwrap();
                 async move {
+                    tokio::time::sleep(wait).await;
                     seen.lock().unwrap().push(Seen {
                         authorization,
                         body,
@@ -136,7 +140,13 @@ impl FakeUpstream {
             default,
             script,
             seen,
+            delay,
         }
+    }
+
+    /// Waits this long before answering each request (from then on).
+    pub fn set_delay(&self, delay: Duration) {
+        *self.delay.lock().unwrap() = delay;
     }
 
     pub fn base_url(&self) -> String {

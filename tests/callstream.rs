@@ -1,0 +1,777 @@
+//! `WSS /api/callstream/ws` against a real server: the signed handshake (ours and an
+//! independent signer), the protocol's replies and every disconnect and close path, final
+//! transcripts of the Genesys call on both channels, analyze coalescing, quota exhaustion at
+//! open and mid-call, and billing rows that add up to the audio streamed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use callstream::auth::rfc9421::RequestParts;
+use callstream::calls::sign_upgrade;
+use callstream_actors::usage::{UsageKind, UsageSource};
+use common::upstream::{FakeUpstream, Reply};
+use common::{open_store, Env, Server};
+
+const INTENT: &str = r#"{"intents": [{"intent": "order_status", "confidence": "high"}], "reasoning": "The caller asks about an order."}"#;
+const CALL: &str = "fixtures/genesys-test-transcript-connector.wav";
+const QUOTA_INFO: &str = "Transcription quota exhausted for this plan";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    root().join(rel)
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A server with a scripted intent provider and fast quota checks and usage writes.
+async fn setup(extra: &[(&'static str, &str)]) -> (FakeUpstream, Env, Server) {
+    let fake = FakeUpstream::start().await;
+    fake.set_default(Reply::Text(vec![INTENT], (40, 20)));
+    let mut vars = fake.env();
+    vars.push(("CALLSTREAM_CALLS__QUOTA_CHECK_MS", "1000".into()));
+    vars.push(("CALLSTREAM_CALLS__BILLING_FLUSH_MS", "1000".into()));
+    vars.push(("CALLSTREAM_CALLS__DISCONNECT_GRACE_MS", "1000".into()));
+    vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    let env = Env::with(vars);
+    let server = env.serve();
+    (fake, env, server)
+}
+
+/// An organisation (plan `free` unless given) with a connector: (org id, client id, secret).
+fn connector(env: &Env, plan: Option<&str>) -> (String, String, String) {
+    let mut args = vec!["org", "create", "Acme"];
+    if let Some(p) = plan {
+        args.extend(["--plan", p]);
+    }
+    let org = env.cli_json(&args)["id"].as_str().unwrap().to_owned();
+    let c = env.cli_json(&["connector", "create", &org]);
+    (
+        org,
+        c["connector"]["client_id"].as_str().unwrap().to_owned(),
+        c["client_secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn ws_url(server: &Server) -> String {
+    format!("ws://{}/api/callstream/ws", server.addr)
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The AudioHook headers of an upgrade request, signed by us with `secret` at `created`.
+fn signed(server: &Server, client_id: &str, secret: &str, created: i64) -> Vec<(String, String)> {
+    let mut headers = vec![
+        (
+            "audiohook-organization-id".to_owned(),
+            uuid::Uuid::new_v4().to_string(),
+        ),
+        (
+            "audiohook-correlation-id".to_owned(),
+            uuid::Uuid::new_v4().to_string(),
+        ),
+        (
+            "audiohook-session-id".to_owned(),
+            uuid::Uuid::new_v4().to_string(),
+        ),
+        ("x-api-key".to_owned(), client_id.to_owned()),
+    ];
+    let authority = server.addr.to_string();
+    let parts = RequestParts {
+        method: "GET",
+        target: "/api/callstream/ws",
+        authority: &authority,
+        headers: &headers,
+    };
+    let (input, signature) = sign_upgrade(&parts, client_id, secret, created).unwrap();
+    headers.push(("signature-input".to_owned(), input));
+    headers.push(("signature".to_owned(), signature));
+    headers
+}
+
+async fn connect(server: &Server, headers: &[(String, String)]) -> Socket {
+    let mut request = ws_url(server).into_client_request().unwrap();
+    for (k, v) in headers {
+        request.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    tokio_tungstenite::connect_async(request).await.unwrap().0
+}
+
+#[derive(Debug, PartialEq)]
+enum Frame {
+    Text(Value),
+    Close(u16, String),
+}
+
+async fn next(ws: &mut Socket) -> Frame {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("the server answers within 20 s");
+        match msg {
+            Some(Ok(Message::Text(t))) => return Frame::Text(serde_json::from_str(&t).unwrap()),
+            Some(Ok(Message::Close(f))) => {
+                return f.map_or(Frame::Close(1005, String::new()), |f| {
+                    Frame::Close(u16::from(f.code), f.reason.to_string())
+                })
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return Frame::Close(1006, String::new()),
+        }
+    }
+}
+
+async fn next_text(ws: &mut Socket) -> Value {
+    match next(ws).await {
+        Frame::Text(v) => v,
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+/// A client that numbers its messages.
+struct Client {
+    id: String,
+    seq: u64,
+    serverseq: u64,
+}
+
+impl Client {
+    /// A client for the session named in `headers`.
+    fn of(headers: &[(String, String)]) -> Self {
+        let id = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("audiohook-session-id"))
+            .map_or_else(|| uuid::Uuid::new_v4().to_string(), |(_, v)| v.clone());
+        Self {
+            id,
+            seq: 0,
+            serverseq: 0,
+        }
+    }
+
+    async fn send(&mut self, ws: &mut Socket, kind: &str, parameters: Value) {
+        self.seq += 1;
+        let m = json!({"version":"2","id":self.id,"type":kind,"seq":self.seq,
+            "serverseq":self.serverseq,"position":"PT0S","parameters":parameters});
+        ws.send(Message::text(m.to_string())).await.unwrap();
+    }
+
+    async fn recv(&mut self, ws: &mut Socket) -> Value {
+        let v = next_text(ws).await;
+        self.serverseq = v["seq"].as_u64().unwrap();
+        v
+    }
+}
+
+fn open_params(media: Value) -> Value {
+    json!({"organizationId": uuid::Uuid::new_v4().to_string(),
+        "conversationId": uuid::Uuid::new_v4().to_string(),
+        "participant": {"id": uuid::Uuid::new_v4().to_string(), "ani": "+15550100", "aniName": "", "dnis": "+15550199"},
+        "media": media, "language": "en-US"})
+}
+
+fn stereo_pcmu() -> Value {
+    json!([{"type":"audio","format":"PCMU","channels":["external","internal"],"rate":8000}])
+}
+
+/// Lines of `callstream call --json` (one server message each).
+fn messages(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn of_type<'a>(messages: &'a [Value], kind: &'a str) -> Vec<&'a Value> {
+    messages.iter().filter(|m| m["type"] == kind).collect()
+}
+
+/// Samples per channel of the fixture call, from its WAV header (8-bit PCMU, two channels).
+fn call_samples() -> u64 {
+    let bytes = std::fs::read(fixture(CALL)).unwrap();
+    let data = bytes.windows(4).position(|w| w == b"data").unwrap();
+    let len = u32::from_le_bytes(bytes[data + 4..data + 8].try_into().unwrap());
+    u64::from(len) / 2
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_genesys_call_gives_final_transcripts_on_both_channels_and_bills_exactly_its_audio() {
+    let (_fake, env, server) = setup(&[]).await;
+    let (org, client_id, secret) = connector(&env, None);
+    let out = env.cli(&[
+        "--json",
+        "call",
+        fixture(CALL).to_str().unwrap(),
+        "--url",
+        &server.url(""),
+        "--key",
+        &client_id,
+        "--secret",
+        &secret,
+        "--speed",
+        "4",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let all = messages(&out.stdout);
+    assert_eq!(all[0]["type"], "opened");
+    assert_eq!(all[0]["parameters"]["media"], stereo_pcmu());
+    assert_eq!(all.last().unwrap()["type"], "closed");
+    // Server messages are numbered 1, 2, 3...
+    for (i, m) in all.iter().enumerate() {
+        assert_eq!(m["seq"], i as u64 + 1);
+        assert_eq!(m["version"], "2");
+    }
+    let events = of_type(&all, "event");
+    let mut per_channel = [Vec::new(), Vec::new()];
+    for e in &events {
+        let entities = e["parameters"]["entities"].as_array().unwrap();
+        assert_eq!(entities.len(), 1);
+        assert_eq!(entities[0]["type"], "transcript");
+        let d = &entities[0]["data"];
+        assert_eq!(d["isFinal"], true);
+        assert_eq!(d["id"].as_str().unwrap().len(), 36);
+        let secs = |v: &Value| -> f64 {
+            let s = v.as_str().unwrap();
+            assert!(s.starts_with("PT") && s.ends_with('S'), "{s}");
+            s[2..s.len() - 1].parse().unwrap()
+        };
+        let (offset, duration) = (secs(&d["offset"]), secs(&d["duration"]));
+        assert!(offset >= 0.0 && offset + duration <= 71.0, "{d}");
+        let alt = &d["alternatives"][0];
+        let confidence = alt["confidence"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&confidence));
+        assert_eq!(alt["languages"], json!(["en-US"]));
+        let display = &alt["interpretations"][0];
+        assert_eq!(display["type"], "display");
+        let text = display["transcript"].as_str().unwrap().to_owned();
+        assert!(!text.is_empty());
+        let tokens = display["tokens"].as_array().unwrap();
+        assert!(!tokens.is_empty(), "{d}");
+        for t in tokens {
+            assert_eq!(t["type"], "word");
+            let at = secs(&t["offset"]);
+            assert!(
+                at >= offset - 0.05 && at <= offset + duration + 0.05,
+                "{t} in {d}"
+            );
+        }
+        per_channel[d["channelId"].as_u64().unwrap() as usize].push((offset, text));
+    }
+    for (c, lines) in per_channel.iter().enumerate() {
+        assert!(lines.len() >= 5, "channel {c}: {lines:?}");
+        assert!(
+            lines.windows(2).all(|w| w[0].0 < w[1].0),
+            "channel {c} in time order: {lines:?}"
+        );
+    }
+    let channel0: String = per_channel[0]
+        .iter()
+        .map(|l| l.1.to_lowercase() + " ")
+        .collect();
+    let channel1: String = per_channel[1]
+        .iter()
+        .map(|l| l.1.to_lowercase() + " ")
+        .collect();
+    assert!(
+        channel0.contains("thanks for contacting the store"),
+        "{channel0}"
+    );
+    assert!(channel1.contains("recent order"), "{channel1}");
+
+    // Billing: the rows of this call add up to its samples, in whole milliseconds, and were
+    // written incrementally (one per second here) rather than once.
+    server.stop();
+    let store = open_store(&env.data_dir());
+    use callstream::store::Store;
+    let rows: Vec<_> = store
+        .usage_events(&org, 0, i64::MAX)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == UsageKind::AudioMs)
+        .collect();
+    assert!(rows
+        .iter()
+        .all(|e| e.source == UsageSource::Callstream && e.key_id == client_id));
+    assert!(rows.len() >= 3, "{} rows", rows.len());
+    let billed: u64 = rows.iter().map(|e| e.amount).sum();
+    assert_eq!(billed, call_samples() / 8);
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l16_mono_calls_and_probes() {
+    let (_fake, env, server) = setup(&[]).await;
+    let (org, client_id, secret) = connector(&env, None);
+    let out = env.cli(&[
+        "--json",
+        "call",
+        fixture("fixtures/formats/pcm8-mono-8k.wav")
+            .to_str()
+            .unwrap(),
+        "--url",
+        &server.url(""),
+        "--key",
+        &client_id,
+        "--secret",
+        &secret,
+        "--speed",
+        "0",
+        "--format",
+        "l16",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = messages(&out.stdout);
+    assert_eq!(
+        all[0]["parameters"]["media"],
+        json!([{"type":"audio","format":"L16","channels":["external"],"rate":8000}])
+    );
+    let events = of_type(&all, "event");
+    assert!(!events.is_empty());
+    assert!(events
+        .iter()
+        .all(|e| e["parameters"]["entities"][0]["data"]["channelId"] == 0));
+    let used = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
+        .as_f64()
+        .unwrap();
+
+    // A probe opens and closes and bills nothing.
+    let out = env.cli(&[
+        "--json",
+        "call",
+        "-",
+        "--probe",
+        "--url",
+        &server.url(""),
+        "--key",
+        &client_id,
+        "--secret",
+        &secret,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds: Vec<_> = messages(&out.stdout)
+        .iter()
+        .map(|m| m["type"].clone())
+        .collect();
+    assert_eq!(kinds, ["opened", "closed"]);
+    let after = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(used, after);
+    assert!((used - 3.275).abs() < 0.01, "{used}");
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_close_with_4401_before_any_message() {
+    let (_fake, env, server) = setup(&[]).await;
+    let (_, client_id, secret) = connector(&env, None);
+    let (_, other_id, other_secret) = connector(&env, None);
+    let t = now();
+    let mut cases: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("no headers", vec![]),
+        (
+            "wrong secret",
+            signed(&server, &client_id, &other_secret, t),
+        ),
+        (
+            "unknown connector",
+            signed(&server, "cc_00000000000000000000000000000000", &secret, t),
+        ),
+        ("too old", signed(&server, &client_id, &secret, t - 60)),
+        (
+            "from the future",
+            signed(&server, &client_id, &secret, t + 60),
+        ),
+    ];
+    let mut unsigned = signed(&server, &client_id, &secret, t);
+    unsigned.retain(|(k, _)| !k.starts_with("signature"));
+    cases.push(("unsigned", unsigned));
+    let mut no_key = signed(&server, &client_id, &secret, t);
+    no_key.retain(|(k, _)| k != "x-api-key");
+    cases.push(("no key", no_key));
+    let mut tampered = signed(&server, &client_id, &secret, t);
+    tampered[2].1 = uuid::Uuid::new_v4().to_string();
+    cases.push(("tampered session id", tampered));
+    let mut swapped = signed(&server, &client_id, &secret, t);
+    swapped[3].1 = other_id.clone();
+    cases.push(("key of another connector", swapped));
+    // A valid request works once; replayed, it is refused.
+    let good = signed(&server, &client_id, &secret, t);
+    let headers = good.clone();
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "opened");
+    drop(ws);
+    cases.push(("replayed", good));
+    for (name, headers) in cases {
+        let mut ws = connect(&server, &headers).await;
+        assert_eq!(
+            next(&mut ws).await,
+            Frame::Close(4401, "unauthorized".into()),
+            "{name}"
+        );
+    }
+    // A revoked connector, and one whose organisation is gone.
+    env.cli_json(&["connector", "revoke", &client_id]);
+    let mut ws = connect(&server, &signed(&server, &client_id, &secret, now())).await;
+    assert_eq!(
+        next(&mut ws).await,
+        Frame::Close(4401, "unauthorized".into()),
+        "revoked"
+    );
+    let (gone, gone_id, gone_secret) = connector(&env, None);
+    env.cli_json(&["org", "delete", &gone]);
+    let mut ws = connect(&server, &signed(&server, &gone_id, &gone_secret, now())).await;
+    assert_eq!(
+        next(&mut ws).await,
+        Frame::Close(4401, "unauthorized".into()),
+        "org deleted"
+    );
+    // The other connector of a live organisation still opens.
+    let headers = signed(&server, &other_id, &other_secret, now());
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "opened");
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_independent_rfc_9421_signer_is_accepted() {
+    let (_fake, env, server) = setup(&[]).await;
+    let (_, client_id, secret) = connector(&env, None);
+    let pydeps = std::env::var("CALLSTREAM_PYDEPS").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/callstream/pydeps",
+            std::env::var("HOME").unwrap()
+        )
+    });
+    let sign = |secret: &str| -> Vec<(String, String)> {
+        let out = std::process::Command::new("python3")
+            .arg(fixture("tests/support/sign_audiohook.py"))
+            .args([&ws_url(&server), &client_id, secret])
+            .env("PYTHONPATH", &pydeps)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the signer runs (scripts/setup.sh --test installs it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let headers: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+        headers
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().unwrap().to_owned()))
+            .collect()
+    };
+    let headers = sign(&secret);
+    let session = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("audiohook-session-id"))
+        .unwrap()
+        .1
+        .clone();
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    assert_eq!(c.id, session);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "opened");
+    c.send(&mut ws, "close", json!({"reason": "end"})).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "closed");
+    assert_eq!(next(&mut ws).await, Frame::Close(1000, String::new()));
+    // The same signer with the wrong secret is refused.
+    let wrong = base64_of(&[7u8; 32]);
+    let mut ws = connect(&server, &sign(&wrong)).await;
+    assert_eq!(
+        next(&mut ws).await,
+        Frame::Close(4401, "unauthorized".into())
+    );
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_replies_and_disconnect_paths() {
+    let (_fake, env, server) = setup(&[]).await;
+    let (_, client_id, secret) = connector(&env, None);
+    let fresh = || signed(&server, &client_id, &secret, now());
+
+    // ping -> pong answering its seq, update -> updated, paused/resumed/discarded -> nothing,
+    // close -> closed -> 1000.
+    let headers = fresh();
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    let opened = c.recv(&mut ws).await;
+    assert_eq!(
+        (opened["seq"].clone(), opened["clientseq"].clone()),
+        (json!(1), json!(1))
+    );
+    assert_eq!(opened["id"], c.id.as_str());
+    c.send(&mut ws, "ping", json!({})).await;
+    let pong = c.recv(&mut ws).await;
+    assert_eq!(
+        (pong["type"].clone(), pong["clientseq"].clone()),
+        (json!("pong"), json!(2))
+    );
+    c.send(&mut ws, "paused", json!({})).await;
+    c.send(
+        &mut ws,
+        "resumed",
+        json!({"start": "PT0S", "discarded": "PT2S"}),
+    )
+    .await;
+    c.send(
+        &mut ws,
+        "discarded",
+        json!({"start": "PT2S", "discarded": "PT1S"}),
+    )
+    .await;
+    c.send(&mut ws, "update", json!({"language": "en-GB"}))
+        .await;
+    let updated = c.recv(&mut ws).await;
+    assert_eq!(
+        (updated["type"].clone(), updated["clientseq"].clone()),
+        (json!("updated"), json!(6))
+    );
+    ws.send(Message::binary(vec![0xFFu8; 3200])).await.unwrap();
+    c.send(&mut ws, "close", json!({"reason": "end"})).await;
+    let closed = c.recv(&mut ws).await;
+    assert_eq!(closed["type"], "closed");
+    assert_eq!(next(&mut ws).await, Frame::Close(1000, String::new()));
+
+    // No supported media: disconnect (reason error), then 1000 once the client closes...
+    let headers = fresh();
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    let pcma = json!([{"type":"audio","format":"PCMA","channels":["external"],"rate":8000},
+        {"type":"audio","format":"PCMU","channels":["external"],"rate":16000}]);
+    c.send(&mut ws, "open", open_params(pcma.clone())).await;
+    let d = c.recv(&mut ws).await;
+    assert_eq!(d["type"], "disconnect");
+    assert_eq!(d["parameters"]["reason"], "error");
+    assert!(d["parameters"]["info"]
+        .as_str()
+        .unwrap()
+        .contains("PCMU or L16"));
+    c.send(&mut ws, "close", json!({"reason": "disconnect"}))
+        .await;
+    assert_eq!(c.recv(&mut ws).await["type"], "closed");
+    assert_eq!(next(&mut ws).await, Frame::Close(1000, String::new()));
+    // ...or after the grace period when it does not.
+    let headers = fresh();
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(pcma)).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "disconnect");
+    assert_eq!(next(&mut ws).await, Frame::Close(1000, String::new()));
+
+    // Protocol errors: a skipped seq, audio before open, a frame that splits a sample.
+    for case in ["seq", "early audio", "partial frame", "garbage"] {
+        let headers = fresh();
+        let mut ws = connect(&server, &headers).await;
+        let mut c = Client::of(&headers);
+        match case {
+            "seq" => {
+                c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+                c.recv(&mut ws).await;
+                c.seq += 1;
+                c.send(&mut ws, "ping", json!({})).await;
+            }
+            "early audio" => ws.send(Message::binary(vec![0u8; 320])).await.unwrap(),
+            "partial frame" => {
+                c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+                c.recv(&mut ws).await;
+                ws.send(Message::binary(vec![0u8; 321])).await.unwrap();
+            }
+            _ => ws.send(Message::text("{not json")).await.unwrap(),
+        }
+        let d = c.recv(&mut ws).await;
+        assert_eq!(
+            (d["type"].as_str(), d["parameters"]["reason"].as_str()),
+            (Some("disconnect"), Some("error")),
+            "{case}: {d}"
+        );
+        assert_eq!(
+            next(&mut ws).await,
+            Frame::Close(1000, String::new()),
+            "{case}"
+        );
+    }
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analyze_requests_during_a_run_collapse_into_one_follow_up() {
+    let (fake, env, server) = setup(&[]).await;
+    fake.set_delay(Duration::from_millis(1000));
+    let (_, client_id, secret) = connector(&env, None);
+    let headers = signed(&server, &client_id, &secret, now());
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    c.recv(&mut ws).await;
+    for _ in 0..5 {
+        c.send(&mut ws, "analyze", json!({})).await;
+    }
+    for _ in 0..2 {
+        let u = c.recv(&mut ws).await;
+        assert_eq!(u["type"], "intent_update");
+        assert_eq!(
+            u["parameters"]["intent"],
+            serde_json::from_str::<Value>(INTENT).unwrap()
+        );
+    }
+    // Nothing more comes: the pong answers the next message.
+    c.send(&mut ws, "ping", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "pong");
+    assert_eq!(fake.seen().len(), 2, "exactly one run and one follow-up");
+    let prompt = fake.seen()[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(prompt.contains("(no speech yet)"), "{prompt}");
+
+    // With audio, the analysis reads the transcript so far, labelled by leg; a failed
+    // analysis is answered with an error and the call goes on.
+    fake.set_delay(Duration::ZERO);
+    fake.push(Reply::Status(500, "overloaded"));
+    let out = env.cli(&[
+        "--json",
+        "call",
+        fixture(CALL).to_str().unwrap(),
+        "--url",
+        &server.url(""),
+        "--key",
+        &client_id,
+        "--secret",
+        &secret,
+        "--speed",
+        "4",
+        "--analyze-every",
+        "30",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = messages(&out.stdout);
+    let updates = of_type(&all, "intent_update");
+    assert!(!updates.is_empty());
+    assert_eq!(updates[0]["parameters"]["intent"], Value::Null);
+    assert!(updates[0]["parameters"]["error"].as_str().is_some());
+    let seen = fake.seen();
+    let last = seen.last().unwrap().body["messages"][1]["content"]
+        .as_str()
+        .unwrap();
+    assert!(
+        last.contains("Customer: ") && last.contains("Agent: "),
+        "{last}"
+    );
+}
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_quota_disconnects_at_open_and_mid_call() {
+    let (_fake, env, server) = setup(&[
+        ("CALLSTREAM_PLANS__FREE__AUDIO_MINUTES_PER_MONTH", "1"),
+        ("CALLSTREAM_PLANS__TEAM__AUDIO_MINUTES_PER_MONTH", "0"),
+    ])
+    .await;
+    // At open.
+    let (_, client_id, secret) = connector(&env, Some("team"));
+    let out = env.cli(&[
+        "--json",
+        "call",
+        fixture(CALL).to_str().unwrap(),
+        "--url",
+        &server.url(""),
+        "--key",
+        &client_id,
+        "--secret",
+        &secret,
+        "--speed",
+        "4",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let kinds: Vec<_> = messages(&out.stdout)
+        .iter()
+        .map(|m| m["type"].clone())
+        .collect();
+    assert_eq!(kinds, ["disconnect", "closed"]);
+    let d = &messages(&out.stdout)[0];
+    assert_eq!(
+        d["parameters"],
+        json!({"reason": "error", "info": QUOTA_INFO})
+    );
+
+    // Mid-call: one minute of quota, a 70.8 s call streamed 8x, checked every second.
+    let (org, client_id, secret) = connector(&env, None);
+    let out = env.cli(&[
+        "--json",
+        "call",
+        fixture(CALL).to_str().unwrap(),
+        "--url",
+        &server.url(""),
+        "--key",
+        &client_id,
+        "--secret",
+        &secret,
+        "--speed",
+        "8",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = messages(&out.stdout);
+    let d = of_type(&all, "disconnect");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0]["parameters"]["info"], QUOTA_INFO);
+    assert!(
+        !of_type(&all, "event").is_empty(),
+        "transcripts came before the quota ran out"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("socket closed with 1000"));
+    let used = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
+        .as_f64()
+        .unwrap();
+    assert!((60.0..70.8).contains(&used), "{used}");
+}
