@@ -219,11 +219,12 @@ impl CallState {
                 supervisor: myself.clone(),
                 stats: self.args.stats.clone(),
             };
-            let (t, _) = Actor::spawn_linked(None, Transcriber, args, cell.clone()).await?;
+            let name = format!("{}:transcriber:{channel}", self.args.call_id);
+            let (t, _) = Actor::spawn_linked(Some(name), Transcriber, args, cell.clone()).await?;
             transcribers.push(t);
         }
         let (d, _) = Actor::spawn_linked(
-            None,
+            Some(format!("{}:deinterleaver", self.args.call_id)),
             Deinterleaver,
             DeinterleaverArgs {
                 encoding: media.encoding,
