@@ -35,6 +35,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
     },
+    /// Live calls: streams N simultaneous real-time calls of a fixture over AudioHook on
+    /// loopback and measures end-of-speech to final-transcript latency and CPU use, for each N.
+    Calls {
+        /// Simultaneous calls to try, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,6,8")]
+        concurrency: Vec<usize>,
+        /// The call to stream (stereo, 8 kHz).
+        #[arg(long, default_value = "fixtures/genesys-test-transcript-connector.wav")]
+        audio: PathBuf,
+        /// Latency target the summary line checks p95 against, in seconds.
+        #[arg(long, default_value_t = 2.0)]
+        target: f64,
+    },
     /// Time to first delta and tokens per second of the configured language model.
     Llm {
         /// Generations to time.
@@ -56,6 +69,11 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             concurrency,
         } => gateway(config, requests, concurrency),
         BenchCommand::Llm { runs } => llm(config, runs),
+        BenchCommand::Calls {
+            concurrency,
+            audio,
+            target,
+        } => calls(config, &concurrency, &audio, target),
     }
 }
 
@@ -286,6 +304,119 @@ pub fn llm(config: &Config, runs: usize) -> anyhow::Result<()> {
                 completion.usage.completion_tokens.saturating_sub(1) as f64 / gen_secs
             );
         }
+        Ok(())
+    })
+}
+
+/// CPU time of this process so far (user + system), in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// `bench calls`: N simultaneous real-time calls on loopback, for each N.
+pub fn calls(
+    config: &Config,
+    levels: &[usize],
+    audio: &std::path::Path,
+    target: f64,
+) -> anyhow::Result<()> {
+    use callstream::callclient::{load_audio, run_call, CallOptions};
+    let channels = load_audio(audio).map_err(anyhow::Error::msg)?;
+    let audio_secs = channels[0].len() as f64 / 8000.0;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let dir = tempfile_dir()?;
+        let mut config = config.clone();
+        config.storage.data_dir = dir.clone();
+        config.storage.secret_key = String::new();
+        // Calls here never ask for an analysis: no language model is loaded or contacted.
+        config.llm.provider = callstream::config::LlmProviderKind::Upstream;
+        config.llm.upstream.base_url = "http://127.0.0.1:9/v1".into();
+        config.llm.upstream.model = "unused".into();
+        config.plans.insert(
+            "bench".into(),
+            callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: None, audio_minutes_per_month: None },
+        );
+        let app = callstream::app::App::open(config.clone())?;
+        let stats = app.calls.stats.clone();
+        let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
+            anyhow::bail!("org create answered something else")
+        };
+        let callstream::admin::AdminResponse::ConnectorSecret { connector, client_secret, .. } = app.admin.execute(callstream::admin::AdminRequest::ConnectorCreate { org: org.id, name: None })? else {
+            anyhow::bail!("connector create answered something else")
+        };
+        let server = callstream::server::start(app, "127.0.0.1:0".parse()?).await?;
+        let url = format!("ws://{}/api/callstream/ws", server.addr);
+        println!(
+            "{:.1} s stereo call per connection, real time, 200 ms PCMU frames; {} ASR workers (beam {}), {} cores",
+            audio_secs,
+            config.asr.workers,
+            config.asr.beam_size,
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        println!("calls  transcripts  p50 s  p95 s  max s  CPU cores  held  dropped");
+        let mut best = None;
+        for &n in levels {
+            let (held0, dropped0) = (stats.utterances_held.load(std::sync::atomic::Ordering::Relaxed), stats.utterances_dropped.load(std::sync::atomic::Ordering::Relaxed));
+            let cpu0 = cpu_seconds();
+            let started = Instant::now();
+            let mut tasks = Vec::new();
+            for i in 0..n {
+                let options = CallOptions::new(&url, &connector.client_id, Some(&client_secret));
+                let channels = channels.clone();
+                // Calls start spread over one second, as real ones do not start in lockstep.
+                let delay = std::time::Duration::from_millis((1000 * i / n.max(1)) as u64);
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    run_call(&options, &channels, |_| {}).await
+                }));
+            }
+            let mut latencies = Vec::new();
+            for t in tasks {
+                let outcome = t.await??;
+                anyhow::ensure!(outcome.close.as_ref().is_some_and(|c| c.0 == 1000), "a call ended with {:?}", outcome.close);
+                for m in outcome.of_type("event") {
+                    let data = &m.message["parameters"]["entities"][0]["data"];
+                    let secs = |k: &str| data[k].as_str().and_then(|s| s.trim_start_matches("PT").trim_end_matches('S').parse::<f64>().ok()).unwrap_or(0.0);
+                    let end = secs("offset") + secs("duration");
+                    if let Some(sent) = outcome.sent_at(end) {
+                        latencies.push(m.at.saturating_sub(sent).as_secs_f64());
+                    }
+                }
+            }
+            let wall = started.elapsed().as_secs_f64();
+            let cores = (cpu_seconds() - cpu0) / wall;
+            latencies.sort_by(f64::total_cmp);
+            let (p50, p95) = (percentile(&latencies, 0.5), percentile(&latencies, 0.95));
+            let max = latencies.last().copied().unwrap_or(0.0);
+            println!(
+                "{n:>5}  {:>11}  {p50:>5.2}  {p95:>5.2}  {max:>5.2}  {cores:>9.2}  {:>4}  {:>7}",
+                latencies.len(),
+                stats.utterances_held.load(std::sync::atomic::Ordering::Relaxed) - held0,
+                stats.utterances_dropped.load(std::sync::atomic::Ordering::Relaxed) - dropped0,
+            );
+            if p95 < target {
+                best = Some(n);
+            }
+        }
+        match best {
+            Some(n) => println!("largest N with p95 under {target} s: {n}"),
+            None => println!("no N kept p95 under {target} s"),
+        }
+        server.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
         Ok(())
     })
 }
