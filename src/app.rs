@@ -33,6 +33,8 @@ pub struct App {
     pub asr: Arc<callstream_actors::asr::pool::AsrPool>,
     /// Live calls: connector authentication, billing, intent analysis.
     pub calls: Arc<crate::calls::Calls>,
+    /// Dashboard sign-in sessions.
+    pub sessions: Arc<crate::dashboard::Sessions>,
 }
 
 /// Why the service could not be put together.
@@ -82,6 +84,7 @@ impl App {
             },
         );
         Ok(Self {
+            sessions: Arc::default(),
             calls: Arc::new(crate::calls::Calls::new(
                 config.clone(),
                 store.clone(),

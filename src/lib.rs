@@ -12,6 +12,7 @@ pub mod callclient;
 pub mod calls;
 pub mod clock;
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod llm;
 pub mod server;

@@ -41,6 +41,9 @@ enum Command {
     /// Manage AudioHook connectors.
     #[command(subcommand)]
     Connector(ConnectorCommand),
+    /// Manage dashboard users.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Show this month's usage and quotas of an organisation.
     Usage {
         /// Organisation id.
@@ -104,6 +107,21 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a dashboard user who administers an organisation (the first one of an
+    /// organisation is made this way; it signs in at /dashboard).
+    Create {
+        /// Organisation id.
+        org: String,
+        /// Sign-in email.
+        email: String,
+        /// Password, at least 12 characters.
+        #[arg(long, env = "CALLSTREAM_USER_PASSWORD", hide_env_values = true)]
+        password: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -223,6 +241,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             AdminRequest::ConnectorRevoke { client_id }
         }
         Command::Usage { org } => AdminRequest::Usage { org },
+        Command::User(UserCommand::Create {
+            org,
+            email,
+            password,
+        }) => AdminRequest::UserCreate {
+            org,
+            email,
+            password,
+        },
         Command::Transcribe(args) => return cli::transcribe::run(&config, args, cli.json),
         Command::Call(_) => unreachable!("handled before the configuration is loaded"),
         Command::Bench(command) => return cli::bench::run(&config, command),

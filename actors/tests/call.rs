@@ -147,6 +147,7 @@ impl Call {
             classifier: Arc::new(LineCount),
             settings,
             stats: stats.clone(),
+            observer: None,
         };
         let (supervisor, _) = Actor::spawn(None, CallSupervisor, args).await.unwrap();
         Self {

@@ -86,6 +86,15 @@ pub enum AdminRequest {
         /// Client id.
         client_id: String,
     },
+    /// Create a dashboard user who administers an organisation.
+    UserCreate {
+        /// Organisation id.
+        org: String,
+        /// Sign-in name.
+        email: String,
+        /// Password (at least 12 characters); only its argon2id hash is kept.
+        password: String,
+    },
     /// This month's usage of an organisation.
     Usage {
         /// Organisation id.
@@ -191,6 +200,13 @@ pub enum AdminResponse {
     },
     /// Usage report.
     Usage(Box<UsageReport>),
+    /// A dashboard user.
+    User {
+        /// Sign-in name.
+        email: String,
+        /// Organisation id.
+        org_id: String,
+    },
 }
 
 /// Why an administrative operation failed.
@@ -369,6 +385,30 @@ impl Admin {
                 Ok(AdminResponse::Keys {
                     keys: self.store.api_keys(&org.id)?.iter().map(key_view).collect(),
                 })
+            }
+            AdminRequest::UserCreate {
+                org,
+                email,
+                password,
+            } => {
+                self.org(&org, true)?;
+                let email = email.trim().to_lowercase();
+                if !email.contains('@') || email.len() > 254 {
+                    return Err(AdminError::Invalid(format!("{email:?} is not an email address")));
+                }
+                if password.chars().count() < 12 {
+                    return Err(AdminError::Invalid(
+                        "the password must have at least 12 characters".into(),
+                    ));
+                }
+                let user = crate::store::DashboardUser {
+                    email: email.clone(),
+                    org_id: org.clone(),
+                    password_hash: crate::auth::password::hash(&password),
+                    created_at_ms: now,
+                };
+                self.store.insert_user(&user)?;
+                Ok(AdminResponse::User { email, org_id: org })
             }
             AdminRequest::KeyRevoke { key } => Ok(AdminResponse::Key(key_view(
                 &self.store.revoke_api_key(&key, now)?,

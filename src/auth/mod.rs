@@ -4,6 +4,7 @@
 //! session (once per turn) call the same functions, so the RPM budget of a key is one budget.
 
 pub mod keys;
+pub mod password;
 pub mod ratelimit;
 pub mod rfc9421;
 

@@ -45,6 +45,9 @@ pub fn print_text(response: &AdminResponse) {
             connectors.iter().for_each(print_connector);
             println!("websocket url  {websocket_url}");
         }
+        AdminResponse::User { email, org_id } => {
+            println!("dashboard user {email} of {org_id}: sign in at /dashboard");
+        }
         AdminResponse::Usage(report) => {
             println!(
                 "organisation {}  plan {}  month {}",

@@ -123,6 +123,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         classifier: app.calls.classifier.clone(),
         settings: app.calls.settings(&languages),
         stats: app.calls.stats.clone(),
+        observer: Some(app.calls.live.clone()),
     };
     let (supervisor, _handle) = match Actor::spawn(None, CallSupervisor, args).await {
         Ok(s) => s,

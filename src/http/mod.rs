@@ -30,6 +30,7 @@ pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> 
     health::routes()
         .or(metrics::routes(app.clone()))
         .or(callstream::routes(app.clone()))
+        .or(crate::dashboard::routes(app.clone()))
         .or(languages::routes(app.clone()))
         .or(account::routes(app.clone()))
         .or(chat::routes(app.clone()))

@@ -84,6 +84,19 @@ pub struct Connector {
     pub revoked_at_ms: Option<i64>,
 }
 
+/// A person who signs in to the dashboard to administer one organisation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DashboardUser {
+    /// Sign-in name, lower-case.
+    pub email: String,
+    /// The organisation administered.
+    pub org_id: String,
+    /// Argon2id hash in PHC string form.
+    pub password_hash: String,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
 /// Usage of one kind by one organisation on one UTC day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DayUsage {
@@ -141,6 +154,10 @@ impl From<StoreError> for UsageError {
 /// Writes are durable when they return `Ok`: a usage event acknowledged by
 /// [`UsageSink::record`] survives a crash.
 pub trait Store: UsageSink + Send + Sync + 'static {
+    /// Adds a dashboard user; the email must be new.
+    fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError>;
+    /// A dashboard user by email.
+    fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError>;
     /// Adds an organisation; its id must be new.
     fn insert_org(&self, org: &Org) -> Result<(), StoreError>;
     /// Replaces an existing organisation.

@@ -4,6 +4,7 @@
 //! - `orgs`: org id -> JSON [`OrgRecord`] (MCP headers sealed)
 //! - `api_keys`: key id -> JSON [`ApiKey`]; `api_key_hashes`: SHA-256 of the secret -> key id
 //! - `connectors`: client id -> JSON [`ConnectorRecord`] (client secret sealed)
+//! - `dashboard_users`: email -> JSON [`DashboardUser`] (argon2id password hash)
 //! - `ledger`: `org id / at_ms (u64 BE) / sequence (u64 BE)` -> JSON [`UsageEvent`]
 //! - `usage_daily`: `org id / YYYY-MM-DD kind-tag` -> total (u64 BE)
 //!
@@ -19,7 +20,7 @@ use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use super::{ApiKey, Connector, DayUsage, McpIntegration, Org, SecretBox, Store, StoreError};
+use super::{ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org, SecretBox, Store, StoreError};
 use crate::clock;
 
 /// Directory below the data directory that holds the sled files.
@@ -32,6 +33,7 @@ pub struct SledStore {
     api_keys: sled::Tree,
     api_key_hashes: sled::Tree,
     connectors: sled::Tree,
+    users: sled::Tree,
     ledger: sled::Tree,
     usage_daily: sled::Tree,
     secrets: SecretBox,
@@ -191,6 +193,7 @@ impl SledStore {
             api_keys: tree("api_keys")?,
             api_key_hashes: tree("api_key_hashes")?,
             connectors: tree("connectors")?,
+            users: tree("dashboard_users")?,
             ledger: tree("ledger")?,
             usage_daily: tree("usage_daily")?,
             db,
@@ -405,6 +408,28 @@ impl Store for SledStore {
         }
         keys.sort_by_key(|k| k.created_at_ms);
         Ok(keys)
+    }
+
+    fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError> {
+        let swapped = self
+            .users
+            .compare_and_swap(&user.email, None as Option<&[u8]>, Some(encode(user)))
+            .map_err(backend)?;
+        if swapped.is_err() {
+            return Err(StoreError::Exists {
+                kind: "dashboard user",
+                id: user.email.clone(),
+            });
+        }
+        self.flush()
+    }
+
+    fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError> {
+        self.users
+            .get(email)
+            .map_err(backend)?
+            .map(|v| decode("dashboard user", &v))
+            .transpose()
     }
 
     fn insert_connector(&self, connector: &Connector, secret: &[u8]) -> Result<(), StoreError> {

@@ -52,6 +52,31 @@ pub trait IntentClassifier: Send + Sync + 'static {
     fn classify(&self, transcript: String) -> IntentFuture;
 }
 
+/// A call that opened, as observers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallInfo {
+    /// The call's id.
+    pub call_id: String,
+    /// The organisation billed.
+    pub org_id: String,
+    /// The platform's conversation id.
+    pub conversation_id: String,
+    /// Negotiated channel names, in order.
+    pub channels: Vec<String>,
+    /// The call's language tag, as the client sent it.
+    pub language: Option<String>,
+}
+
+/// Watches calls (the dashboard's live page). Called from the call's actor: be quick.
+pub trait CallObserver: Send + Sync + 'static {
+    /// A call opened (probes and refused calls are not reported).
+    fn opened(&self, call: &CallInfo);
+    /// A final transcript: channel, start on the call timeline, text.
+    fn transcript(&self, call_id: &str, channel: usize, offset_secs: f64, text: &str);
+    /// The call ended.
+    fn ended(&self, call_id: &str);
+}
+
 /// Settings of live calls.
 #[derive(Debug, Clone)]
 pub struct CallSettings {

@@ -19,7 +19,9 @@ use tokio::sync::mpsc;
 use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
 use super::intent::{Intent, IntentArgs, IntentMsg};
 use super::transcriber::{ChannelTranscript, Transcriber, TranscriberArgs, TranscriberMsg};
-use super::{CallSettings, Credit, IntentClassifier, LiveStats, Outbound};
+use super::{
+    CallInfo, CallObserver, CallSettings, Credit, IntentClassifier, LiveStats, Outbound,
+};
 use crate::asr::pool::AsrPool;
 use crate::billing::{Account, BillingMsg};
 use crate::protocol::messages::Duration as Pt;
@@ -77,6 +79,8 @@ pub struct CallArgs {
     pub settings: CallSettings,
     /// Process-wide counters.
     pub stats: Arc<LiveStats>,
+    /// Who watches calls, if anyone.
+    pub observer: Option<Arc<dyn CallObserver>>,
 }
 
 /// The supervisor's state.
@@ -157,6 +161,9 @@ impl CallState {
                 Err(e) => {
                     tracing::error!(call = %self.args.call_id, error = %e, "billing actor unreachable")
                 }
+            }
+            if let Some(o) = &self.args.observer {
+                o.ended(&self.args.call_id);
             }
         }
         let _ = self
@@ -248,6 +255,15 @@ impl CallState {
         tracing::info!(call = %self.args.call_id, session = ?self.session.id(),
             conversation = %request.params.conversation_id, format = %media.entry.format,
             channels = ?media.entry.channels, language = %self.language, "call opened");
+        if let Some(o) = &self.args.observer {
+            o.opened(&CallInfo {
+                call_id: self.args.call_id.clone(),
+                org_id: self.args.account.org_id.clone(),
+                conversation_id: request.params.conversation_id.clone(),
+                channels: media.entry.channels.clone(),
+                language: self.language_tag.clone(),
+            });
+        }
         let opened = self.session.opened(supported);
         self.send(&opened).await;
         Ok(())
@@ -452,11 +468,15 @@ impl Actor for CallSupervisor {
                 if state.session.state() == State::Ended {
                     return Ok(());
                 }
-                let label = state.labels.get(t.channel).cloned().unwrap_or_default();
+                let channel = t.channel;
+                let label = state.labels.get(channel).cloned().unwrap_or_default();
                 let (data, at) = state.transcript_event(t);
                 let text = data.alternatives[0].interpretations[0].transcript.clone();
                 if let Some(intent) = &state.intent {
                     intent.cast(IntentMsg::Line(at, label.clone(), text.clone()))?;
+                }
+                if let Some(o) = &state.args.observer {
+                    o.transcript(&state.args.call_id, channel, at, &text);
                 }
                 state.lines.push((at, label, text));
                 state.args.stats.transcripts.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,606 @@
+//! The web dashboard at `/dashboard`: an organisation's administrators sign in and manage API
+//! keys, AudioHook connectors, the system prompt and the MCP server, and watch usage and calls
+//! in progress. Pages are rendered on the server ([`pages`]); the one script (copy buttons,
+//! the live-call feed) and the stylesheet are served from `/dashboard/assets/`, so nothing is
+//! fetched from elsewhere.
+//!
+//! Security:
+//! - Passwords are argon2id hashes.
+//! - Sessions are random 256-bit tokens in an `HttpOnly`, `SameSite=Strict` cookie scoped to
+//!   `/dashboard`. The cookie is `Secure` when the request came over TLS (the proxy in front says
+//!   so with `X-Forwarded-Proto: https`) or `server.public_url` is https. Sessions last 12 hours
+//!   and live in memory (a restart signs everyone out).
+//! - Every form carries the session's CSRF token; the sign-in form carries one bound to a
+//!   short-lived pre-session cookie.
+//! - Every operation is checked against the signed-in user's organisation: another
+//!   organisation's key or connector is "not found".
+//! - Responses carry a strict Content-Security-Policy (no inline script, same-origin only).
+
+pub mod pages;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use warp::http::{Response, StatusCode};
+use warp::hyper::Body;
+use warp::{Filter, Rejection, Reply};
+
+use crate::admin::{AdminError, AdminRequest, AdminResponse};
+use crate::app::App;
+use crate::clock;
+use crate::store::McpIntegration;
+
+/// Name of the session cookie.
+const SESSION_COOKIE: &str = "cs_session";
+/// Name of the pre-session cookie that binds the sign-in form's CSRF token.
+const LOGIN_COOKIE: &str = "cs_login";
+/// How long a session lasts.
+const SESSION_MS: i64 = 12 * 3600 * 1000;
+/// Largest form body.
+const MAX_FORM: u64 = 64 * 1024;
+
+/// A signed-in administrator.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Sign-in name.
+    pub email: String,
+    /// The organisation they administer.
+    pub org_id: String,
+    /// The token every form must carry.
+    pub csrf: String,
+    expires_ms: i64,
+}
+
+/// Sessions in progress.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    // A std Mutex: a map lookup per request, never held across an await.
+    map: Mutex<HashMap<String, Session>>,
+}
+
+fn token() -> String {
+    crate::auth::keys::hex(&rand::random::<[u8; 32]>())
+}
+
+impl Sessions {
+    fn start(&self, email: String, org_id: String) -> (String, Session) {
+        let session = Session {
+            email,
+            org_id,
+            csrf: token(),
+            expires_ms: clock::now_ms() + SESSION_MS,
+        };
+        let id = token();
+        let mut map = self.map.lock().expect("session lock is never poisoned");
+        let now = clock::now_ms();
+        map.retain(|_, s| s.expires_ms > now);
+        map.insert(id.clone(), session.clone());
+        (id, session)
+    }
+
+    fn get(&self, id: Option<&str>) -> Option<Session> {
+        let id = id?;
+        let map = self.map.lock().expect("session lock is never poisoned");
+        map.get(id)
+            .filter(|s| s.expires_ms > clock::now_ms())
+            .cloned()
+    }
+
+    fn end(&self, id: Option<&str>) {
+        if let Some(id) = id {
+            self.map
+                .lock()
+                .expect("session lock is never poisoned")
+                .remove(id);
+        }
+    }
+}
+
+/// What a request brings: its cookies and whether it came over TLS.
+#[derive(Debug, Clone)]
+struct Ctx {
+    session_id: Option<String>,
+    login_token: Option<String>,
+    secure: bool,
+}
+
+fn ctx(app: App) -> impl Filter<Extract = (Ctx,), Error = Rejection> + Clone {
+    warp::cookie::optional::<String>(SESSION_COOKIE)
+        .and(warp::cookie::optional::<String>(LOGIN_COOKIE))
+        .and(warp::header::optional::<String>("x-forwarded-proto"))
+        .map(move |session_id, login_token, proto: Option<String>| Ctx {
+            session_id,
+            login_token,
+            secure: proto.as_deref() == Some("https")
+                || app.config.server.public_url.starts_with("https://"),
+        })
+}
+
+fn cookie(name: &str, value: &str, max_age_s: i64, secure: bool) -> String {
+    format!(
+        "{name}={value}; Path=/dashboard; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+fn html(status: StatusCode, body: String) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/html; charset=utf-8")
+        .header("cache-control", "no-store")
+        .header(
+            "content-security-policy",
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        )
+        .header("x-content-type-options", "nosniff")
+        .header("referrer-policy", "same-origin")
+        .body(Body::from(body))
+        .expect("static headers are valid")
+}
+
+fn redirect(to: &str) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header("location", to)
+        .body(Body::empty())
+        .expect("static headers are valid")
+}
+
+type Form = HashMap<String, String>;
+
+fn field<'a>(form: &'a Form, name: &str) -> &'a str {
+    form.get(name).map_or("", |s| s.as_str())
+}
+
+/// The session of a request, or the response that sends it to sign in.
+fn signed_in(app: &App, ctx: &Ctx) -> Result<Session, Response<Body>> {
+    app.sessions
+        .get(ctx.session_id.as_deref())
+        .ok_or_else(|| redirect("/dashboard/login"))
+}
+
+/// The session of a form post whose CSRF token matches, or the response to send instead.
+fn posted(app: &App, ctx: &Ctx, form: &Form) -> Result<Session, Response<Body>> {
+    let session = signed_in(app, ctx)?;
+    if !constant_eq(field(form, "csrf"), &session.csrf) {
+        return Err(html(
+            StatusCode::FORBIDDEN,
+            pages::message("Refused", "The form was stale or not sent from this dashboard. Go back, reload the page and try again."),
+        ));
+    }
+    Ok(session)
+}
+
+fn constant_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn admin(app: &App, request: AdminRequest) -> Result<AdminResponse, AdminError> {
+    app.admin.execute(request)
+}
+
+fn failure(e: impl std::fmt::Display) -> Response<Body> {
+    html(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        pages::message("Something went wrong", &e.to_string()),
+    )
+}
+
+/// Every dashboard route.
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
+    let base = warp::path("dashboard");
+    let with_app = {
+        let app = app.clone();
+        warp::any().map(move || app.clone())
+    };
+    let form = warp::body::content_length_limit(MAX_FORM).and(warp::body::form::<Form>());
+
+    let root = base
+        .and(warp::path::end())
+        .and(warp::get())
+        .map(|| redirect("/dashboard/keys"));
+    let assets = base
+        .and(warp::path("assets"))
+        .and(warp::path::param::<String>())
+        .and(warp::path::end())
+        .and(warp::get())
+        .map(|name: String| pages::asset(&name));
+    let login_page = base
+        .and(warp::path("login"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(ctx(app.clone()))
+        .map(|ctx: Ctx| login_form(&ctx, None));
+    let login = base
+        .and(warp::path("login"))
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app.clone())
+        .and(ctx(app.clone()))
+        .and(form.clone())
+        .then(login);
+    let logout = base
+        .and(warp::path("logout"))
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app.clone())
+        .and(ctx(app.clone()))
+        .and(form.clone())
+        .map(|app: App, ctx: Ctx, form: Form| match posted(&app, &ctx, &form) {
+            Ok(_) => {
+                app.sessions.end(ctx.session_id.as_deref());
+                let mut r = redirect("/dashboard/login");
+                r.headers_mut().insert(
+                    "set-cookie",
+                    cookie(SESSION_COOKIE, "", 0, ctx.secure)
+                        .parse()
+                        .expect("cookie is a valid header"),
+                );
+                r
+            }
+            Err(r) => r,
+        });
+    let get_page = base
+        .and(warp::path::param::<String>())
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app.clone())
+        .and(ctx(app.clone()))
+        .then(|page: String, app: App, ctx: Ctx| async move {
+            match signed_in(&app, &ctx) {
+                Ok(s) => page_for(&app, &s, &page, None).await,
+                Err(r) => r,
+            }
+        });
+    let post_action = base
+        .and(warp::path::param::<String>())
+        .and(warp::path::param::<String>())
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app.clone())
+        .and(ctx(app.clone()))
+        .and(form)
+        .then(
+            |page: String, action: String, app: App, ctx: Ctx, form: Form| async move {
+                match posted(&app, &ctx, &form) {
+                    Ok(s) => act(&app, &s, &page, &action, &form).await,
+                    Err(r) => r,
+                }
+            },
+        );
+    let feed = base
+        .and(warp::path!("calls" / "events"))
+        .and(warp::get())
+        .and(with_app)
+        .and(ctx(app))
+        .map(|app: App, ctx: Ctx| match signed_in(&app, &ctx) {
+            Ok(s) => live_feed(&app, s),
+            Err(_) => Response::builder()
+                .status(StatusCode::UNAUTHORIZED)
+                .body(Body::empty())
+                .expect("static response"),
+        });
+    root.or(assets)
+        .unify()
+        .or(login_page)
+        .unify()
+        .or(login)
+        .unify()
+        .or(logout)
+        .unify()
+        .or(feed)
+        .unify()
+        .or(get_page)
+        .unify()
+        .or(post_action)
+        .unify()
+}
+
+fn login_form(ctx: &Ctx, error: Option<&str>) -> Response<Body> {
+    let t = token();
+    let mut r = html(
+        if error.is_some() {
+            StatusCode::UNAUTHORIZED
+        } else {
+            StatusCode::OK
+        },
+        pages::login(&t, error),
+    );
+    r.headers_mut().insert(
+        "set-cookie",
+        cookie(LOGIN_COOKIE, &t, 1800, ctx.secure)
+            .parse()
+            .expect("cookie is a valid header"),
+    );
+    r
+}
+
+async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
+    let csrf_ok = ctx
+        .login_token
+        .as_deref()
+        .is_some_and(|t| constant_eq(t, field(&form, "csrf")));
+    if !csrf_ok {
+        return login_form(&ctx, Some("The sign-in form expired. Please try again."));
+    }
+    let email = field(&form, "email").trim().to_lowercase();
+    let password = field(&form, "password").to_owned();
+    let store = app.store.clone();
+    // argon2 takes tens of milliseconds of CPU: off the async workers.
+    let user = tokio::task::spawn_blocking(move || {
+        let user = store.user(&email).ok().flatten();
+        match &user {
+            Some(u) if crate::auth::password::verify(&password, &u.password_hash) => user,
+            Some(_) => None,
+            None => {
+                crate::auth::password::verify_nothing(&password);
+                None
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    let live_org = user
+        .as_ref()
+        .and_then(|u| app.store.org(&u.org_id).ok().flatten())
+        .is_some_and(|o| !o.deleted);
+    let (Some(user), true) = (user, live_org) else {
+        tracing::info!("dashboard sign-in refused");
+        return login_form(&ctx, Some("Wrong email or password."));
+    };
+    tracing::info!(email = %user.email, org = %user.org_id, "dashboard sign-in");
+    let (id, _) = app.sessions.start(user.email, user.org_id);
+    let mut r = redirect("/dashboard/keys");
+    let headers = r.headers_mut();
+    headers.append(
+        "set-cookie",
+        cookie(SESSION_COOKIE, &id, SESSION_MS / 1000, ctx.secure)
+            .parse()
+            .expect("cookie is a valid header"),
+    );
+    headers.append(
+        "set-cookie",
+        cookie(LOGIN_COOKIE, "", 0, ctx.secure)
+            .parse()
+            .expect("cookie is a valid header"),
+    );
+    r
+}
+
+/// Something to show above a page's content: a secret shown once, a result, an error.
+pub enum Notice {
+    /// A new API key.
+    KeySecret(String),
+    /// A connector's client id, secret and URL.
+    ConnectorSecret {
+        /// Client id.
+        client_id: String,
+        /// Client secret.
+        secret: String,
+        /// WebSocket URL.
+        url: String,
+    },
+    /// An MCP test: the tools, or why it failed.
+    McpTest(Result<Vec<(String, String)>, String>),
+    /// A plain message.
+    Info(String),
+    /// An error.
+    Error(String),
+}
+
+async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) -> Response<Body> {
+    let org = match app.store.org(&s.org_id) {
+        Ok(Some(o)) if !o.deleted => o,
+        Ok(_) => {
+            return html(
+                StatusCode::FORBIDDEN,
+                pages::message("Organisation deleted", "This organisation no longer exists."),
+            )
+        }
+        Err(e) => return failure(e),
+    };
+    let body = match page {
+        "keys" => match admin(app, AdminRequest::KeyList { org: org.id.clone() }) {
+            Ok(AdminResponse::Keys { keys }) => pages::keys(s, &org, &keys, notice),
+            Ok(_) => return failure("unexpected answer"),
+            Err(e) => return failure(e),
+        },
+        "connectors" => match admin(app, AdminRequest::ConnectorList { org: org.id.clone() }) {
+            Ok(AdminResponse::Connectors {
+                connectors,
+                websocket_url,
+            }) => pages::connectors(s, &org, &connectors, &websocket_url, notice),
+            Ok(_) => return failure("unexpected answer"),
+            Err(e) => return failure(e),
+        },
+        "settings" => pages::settings(s, &org, notice),
+        "usage" => match app.auth.quotas().report(&org.id, clock::now_ms()) {
+            Ok(report) => pages::usage(s, &org, &report),
+            Err(e) => return failure(e),
+        },
+        "calls" => pages::calls(s, &org, &app.calls.live.of_org(&org.id)),
+        _ => {
+            return html(
+                StatusCode::NOT_FOUND,
+                pages::message("Not found", "There is no such page."),
+            )
+        }
+    };
+    html(StatusCode::OK, body)
+}
+
+/// The key or connector of this organisation, or not found.
+fn owned(app: &App, s: &Session, page: &str, id: &str) -> bool {
+    match page {
+        "keys" => app
+            .store
+            .api_key(id)
+            .ok()
+            .flatten()
+            .is_some_and(|k| k.org_id == s.org_id),
+        "connectors" => app
+            .store
+            .connector(id)
+            .ok()
+            .flatten()
+            .is_some_and(|(c, _)| c.org_id == s.org_id),
+        _ => false,
+    }
+}
+
+async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> Response<Body> {
+    let name = Some(field(form, "name").trim().to_owned()).filter(|n| !n.is_empty());
+    let id = field(form, "id").to_owned();
+    let org = s.org_id.clone();
+    if matches!(action, "revoke" | "rotate") && !owned(app, s, page, &id) {
+        return page_for(app, s, page, Some(Notice::Error("No such record in this organisation.".into()))).await;
+    }
+    let result = match (page, action) {
+        ("keys", "create") => admin(app, AdminRequest::KeyCreate { org, name }).map(|r| match r {
+            AdminResponse::KeyCreated { secret, .. } => Notice::KeySecret(secret),
+            _ => Notice::Error("unexpected answer".into()),
+        }),
+        ("keys", "revoke") => admin(app, AdminRequest::KeyRevoke { key: id.clone() })
+            .map(|_| Notice::Info(format!("Key {id} revoked. Open realtime sessions of this key are closed."))),
+        ("connectors", "create" | "rotate") => {
+            let request = if action == "create" {
+                AdminRequest::ConnectorCreate { org, name }
+            } else {
+                AdminRequest::ConnectorRotate { client_id: id.clone() }
+            };
+            admin(app, request).map(|r| match r {
+                AdminResponse::ConnectorSecret {
+                    connector,
+                    client_secret,
+                    websocket_url,
+                } => Notice::ConnectorSecret {
+                    client_id: connector.client_id,
+                    secret: client_secret,
+                    url: websocket_url,
+                },
+                _ => Notice::Error("unexpected answer".into()),
+            })
+        }
+        ("connectors", "revoke") => admin(app, AdminRequest::ConnectorRevoke { client_id: id.clone() })
+            .map(|_| Notice::Info(format!("Connector {id} revoked."))),
+        ("settings", "prompt") => {
+            let prompt = field(form, "system_prompt").trim().to_owned();
+            admin(
+                app,
+                AdminRequest::OrgSetPrompt {
+                    org,
+                    system_prompt: Some(prompt).filter(|p| !p.is_empty()),
+                },
+            )
+            .map(|_| Notice::Info("System prompt saved.".into()))
+        }
+        ("settings", "mcp") => match mcp_of(form) {
+            Ok(mcp) => admin(app, AdminRequest::OrgSetMcp { org, mcp }).map(|_| Notice::Info("MCP server saved.".into())),
+            Err(e) => Ok(Notice::Error(e)),
+        },
+        ("settings", "mcp-test") => {
+            let stored = app.store.org(&s.org_id).ok().flatten().and_then(|o| o.mcp);
+            Ok(Notice::McpTest(match stored {
+                None => Err("No MCP server is set.".to_owned()),
+                Some(integration) => {
+                    let timeout = Duration::from_millis(app.config.llm.mcp_timeout_ms);
+                    match crate::llm::mcp::McpSession::connect(&integration, timeout).await {
+                        Ok(session) => {
+                            let tools = session
+                                .tools()
+                                .iter()
+                                .map(|t| (t.name.clone(), t.description.clone()))
+                                .collect();
+                            session.close().await;
+                            Ok(tools)
+                        }
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            }))
+        }
+        _ => {
+            return html(
+                StatusCode::NOT_FOUND,
+                pages::message("Not found", "There is no such action."),
+            )
+        }
+    };
+    let notice = result.unwrap_or_else(|e| Notice::Error(e.to_string()));
+    let mut r = page_for(app, s, page, Some(notice)).await;
+    if r.status() == StatusCode::OK {
+        // The result page shows secrets once: never from a cache.
+        r.headers_mut().insert("cache-control", "no-store".parse().expect("valid"));
+    }
+    r
+}
+
+/// The MCP settings of a form: URL (empty or `clear` removes it) and `Name: value` lines.
+fn mcp_of(form: &Form) -> Result<Option<McpIntegration>, String> {
+    let url = field(form, "url").trim();
+    if url.is_empty() || form.contains_key("clear") {
+        return Ok(None);
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err("The MCP URL must start with http:// or https://.".into());
+    }
+    let mut headers = std::collections::BTreeMap::new();
+    for line in field(form, "headers").lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (k, v) = line
+            .split_once(':')
+            .ok_or_else(|| format!("Header line {line:?} is not \"Name: value\"."))?;
+        headers.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(Some(McpIntegration {
+        url: url.to_owned(),
+        headers,
+    }))
+}
+
+/// Server-sent events of the organisation's calls: a snapshot, then every change.
+fn live_feed(app: &App, s: Session) -> Response<Body> {
+    let snapshot = serde_json::json!({"type": "snapshot", "calls": app.calls.live.of_org(&s.org_id)});
+    let feed = tokio_stream_of(app.calls.live.subscribe(), s.org_id);
+    let first = futures_util::stream::once(async move { Ok::<_, Infallible>(format!("data: {snapshot}\n\n")) });
+    let keepalive = futures_util::stream::unfold((), |()| async {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        Some((Ok::<_, Infallible>(": keepalive\n\n".to_owned()), ()))
+    });
+    let stream = first.chain(futures_util::stream::select(feed, keepalive));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-store")
+        .body(Body::wrap_stream(stream.map(|r| r.map(bytes::Bytes::from))))
+        .expect("static headers are valid")
+}
+
+fn tokio_stream_of(
+    rx: tokio::sync::broadcast::Receiver<(String, crate::calls::LiveEvent)>,
+    org_id: String,
+) -> impl futures_util::Stream<Item = Result<String, Infallible>> {
+    futures_util::stream::unfold((rx, org_id), |(mut rx, org_id)| async move {
+        loop {
+            match rx.recv().await {
+                Ok((org, event)) if org == org_id => {
+                    let data = serde_json::to_string(&event).expect("events serialize");
+                    return Some((Ok(format!("data: {data}\n\n")), (rx, org_id)));
+                }
+                Ok(_) => continue,
+                // Fell behind: tell the page to reload its snapshot.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    return Some((Ok("data: {\"type\":\"reload\"}\n\n".to_owned()), (rx, org_id)));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
