@@ -19,6 +19,10 @@ esac
 # Build tools for the C++ engines (CTranslate2, llama.cpp) and their bindings, audio tools for
 # the fixtures.
 packages=(build-essential cmake clang libclang-dev pkg-config libopus-dev espeak-ng sox ca-certificates)
+# The dashboard's tests drive a real headless browser.
+if [ "$model_set" != default ]; then
+  packages+=(chromium chromium-driver)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

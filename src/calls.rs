@@ -155,8 +155,15 @@ impl Default for LiveCalls {
 impl LiveCalls {
     /// The organisation's calls in progress, oldest first.
     pub fn of_org(&self, org_id: &str) -> Vec<LiveCall> {
-        let calls = self.calls.lock().expect("live call map lock is never poisoned");
-        let mut list: Vec<LiveCall> = calls.values().filter(|c| c.org_id == org_id).cloned().collect();
+        let calls = self
+            .calls
+            .lock()
+            .expect("live call map lock is never poisoned");
+        let mut list: Vec<LiveCall> = calls
+            .values()
+            .filter(|c| c.org_id == org_id)
+            .cloned()
+            .collect();
         list.sort_by(|a, b| a.started_at.cmp(&b.started_at));
         list
     }
@@ -197,15 +204,26 @@ impl CallObserver for LiveCalls {
             text: text.to_owned(),
         };
         let org = {
-            let mut calls = self.calls.lock().expect("live call map lock is never poisoned");
-            let Some(call) = calls.get_mut(call_id) else { return };
+            let mut calls = self
+                .calls
+                .lock()
+                .expect("live call map lock is never poisoned");
+            let Some(call) = calls.get_mut(call_id) else {
+                return;
+            };
             if call.lines.len() == MAX_LINES {
                 call.lines.remove(0);
             }
             call.lines.push(line.clone());
             call.org_id.clone()
         };
-        self.publish(org, LiveEvent::Transcript { call_id: call_id.to_owned(), line });
+        self.publish(
+            org,
+            LiveEvent::Transcript {
+                call_id: call_id.to_owned(),
+                line,
+            },
+        );
     }
 
     fn ended(&self, call_id: &str) {
@@ -215,7 +233,12 @@ impl CallObserver for LiveCalls {
             .expect("live call map lock is never poisoned")
             .remove(call_id);
         if let Some(call) = removed {
-            self.publish(call.org_id, LiveEvent::Ended { call_id: call_id.to_owned() });
+            self.publish(
+                call.org_id,
+                LiveEvent::Ended {
+                    call_id: call_id.to_owned(),
+                },
+            );
         }
     }
 }

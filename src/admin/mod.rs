@@ -394,7 +394,9 @@ impl Admin {
                 self.org(&org, true)?;
                 let email = email.trim().to_lowercase();
                 if !email.contains('@') || email.len() > 254 {
-                    return Err(AdminError::Invalid(format!("{email:?} is not an email address")));
+                    return Err(AdminError::Invalid(format!(
+                        "{email:?} is not an email address"
+                    )));
                 }
                 if password.chars().count() < 12 {
                     return Err(AdminError::Invalid(

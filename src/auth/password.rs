@@ -15,8 +15,11 @@ pub fn hash(password: &str) -> String {
 
 /// True when `password` matches the PHC string `stored`.
 pub fn verify(password: &str, stored: &str) -> bool {
-    PasswordHash::new(stored)
-        .is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+    PasswordHash::new(stored).is_ok_and(|h| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    })
 }
 
 /// Spends about the time of a real verification, for unknown users.

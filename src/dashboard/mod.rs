@@ -234,20 +234,22 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(with_app.clone())
         .and(ctx(app.clone()))
         .and(form.clone())
-        .map(|app: App, ctx: Ctx, form: Form| match posted(&app, &ctx, &form) {
-            Ok(_) => {
-                app.sessions.end(ctx.session_id.as_deref());
-                let mut r = redirect("/dashboard/login");
-                r.headers_mut().insert(
-                    "set-cookie",
-                    cookie(SESSION_COOKIE, "", 0, ctx.secure)
-                        .parse()
-                        .expect("cookie is a valid header"),
-                );
-                r
-            }
-            Err(r) => r,
-        });
+        .map(
+            |app: App, ctx: Ctx, form: Form| match posted(&app, &ctx, &form) {
+                Ok(_) => {
+                    app.sessions.end(ctx.session_id.as_deref());
+                    let mut r = redirect("/dashboard/login");
+                    r.headers_mut().insert(
+                        "set-cookie",
+                        cookie(SESSION_COOKIE, "", 0, ctx.secure)
+                            .parse()
+                            .expect("cookie is a valid header"),
+                    );
+                    r
+                }
+                Err(r) => r,
+            },
+        );
     let get_page = base
         .and(warp::path::param::<String>())
         .and(warp::path::end())
@@ -403,18 +405,31 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
         Ok(_) => {
             return html(
                 StatusCode::FORBIDDEN,
-                pages::message("Organisation deleted", "This organisation no longer exists."),
+                pages::message(
+                    "Organisation deleted",
+                    "This organisation no longer exists.",
+                ),
             )
         }
         Err(e) => return failure(e),
     };
     let body = match page {
-        "keys" => match admin(app, AdminRequest::KeyList { org: org.id.clone() }) {
+        "keys" => match admin(
+            app,
+            AdminRequest::KeyList {
+                org: org.id.clone(),
+            },
+        ) {
             Ok(AdminResponse::Keys { keys }) => pages::keys(s, &org, &keys, notice),
             Ok(_) => return failure("unexpected answer"),
             Err(e) => return failure(e),
         },
-        "connectors" => match admin(app, AdminRequest::ConnectorList { org: org.id.clone() }) {
+        "connectors" => match admin(
+            app,
+            AdminRequest::ConnectorList {
+                org: org.id.clone(),
+            },
+        ) {
             Ok(AdminResponse::Connectors {
                 connectors,
                 websocket_url,
@@ -462,20 +477,31 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
     let id = field(form, "id").to_owned();
     let org = s.org_id.clone();
     if matches!(action, "revoke" | "rotate") && !owned(app, s, page, &id) {
-        return page_for(app, s, page, Some(Notice::Error("No such record in this organisation.".into()))).await;
+        return page_for(
+            app,
+            s,
+            page,
+            Some(Notice::Error("No such record in this organisation.".into())),
+        )
+        .await;
     }
     let result = match (page, action) {
         ("keys", "create") => admin(app, AdminRequest::KeyCreate { org, name }).map(|r| match r {
             AdminResponse::KeyCreated { secret, .. } => Notice::KeySecret(secret),
             _ => Notice::Error("unexpected answer".into()),
         }),
-        ("keys", "revoke") => admin(app, AdminRequest::KeyRevoke { key: id.clone() })
-            .map(|_| Notice::Info(format!("Key {id} revoked. Open realtime sessions of this key are closed."))),
+        ("keys", "revoke") => admin(app, AdminRequest::KeyRevoke { key: id.clone() }).map(|_| {
+            Notice::Info(format!(
+                "Key {id} revoked. Open realtime sessions of this key are closed."
+            ))
+        }),
         ("connectors", "create" | "rotate") => {
             let request = if action == "create" {
                 AdminRequest::ConnectorCreate { org, name }
             } else {
-                AdminRequest::ConnectorRotate { client_id: id.clone() }
+                AdminRequest::ConnectorRotate {
+                    client_id: id.clone(),
+                }
             };
             admin(app, request).map(|r| match r {
                 AdminResponse::ConnectorSecret {
@@ -490,8 +516,13 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
                 _ => Notice::Error("unexpected answer".into()),
             })
         }
-        ("connectors", "revoke") => admin(app, AdminRequest::ConnectorRevoke { client_id: id.clone() })
-            .map(|_| Notice::Info(format!("Connector {id} revoked."))),
+        ("connectors", "revoke") => admin(
+            app,
+            AdminRequest::ConnectorRevoke {
+                client_id: id.clone(),
+            },
+        )
+        .map(|_| Notice::Info(format!("Connector {id} revoked."))),
         ("settings", "prompt") => {
             let prompt = field(form, "system_prompt").trim().to_owned();
             admin(
@@ -504,7 +535,8 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
             .map(|_| Notice::Info("System prompt saved.".into()))
         }
         ("settings", "mcp") => match mcp_of(form) {
-            Ok(mcp) => admin(app, AdminRequest::OrgSetMcp { org, mcp }).map(|_| Notice::Info("MCP server saved.".into())),
+            Ok(mcp) => admin(app, AdminRequest::OrgSetMcp { org, mcp })
+                .map(|_| Notice::Info("MCP server saved.".into())),
             Err(e) => Ok(Notice::Error(e)),
         },
         ("settings", "mcp-test") => {
@@ -539,7 +571,8 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
     let mut r = page_for(app, s, page, Some(notice)).await;
     if r.status() == StatusCode::OK {
         // The result page shows secrets once: never from a cache.
-        r.headers_mut().insert("cache-control", "no-store".parse().expect("valid"));
+        r.headers_mut()
+            .insert("cache-control", "no-store".parse().expect("valid"));
     }
     r
 }
@@ -554,7 +587,11 @@ fn mcp_of(form: &Form) -> Result<Option<McpIntegration>, String> {
         return Err("The MCP URL must start with http:// or https://.".into());
     }
     let mut headers = std::collections::BTreeMap::new();
-    for line in field(form, "headers").lines().map(str::trim).filter(|l| !l.is_empty()) {
+    for line in field(form, "headers")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
         let (k, v) = line
             .split_once(':')
             .ok_or_else(|| format!("Header line {line:?} is not \"Name: value\"."))?;
@@ -568,9 +605,13 @@ fn mcp_of(form: &Form) -> Result<Option<McpIntegration>, String> {
 
 /// Server-sent events of the organisation's calls: a snapshot, then every change.
 fn live_feed(app: &App, s: Session) -> Response<Body> {
-    let snapshot = serde_json::json!({"type": "snapshot", "calls": app.calls.live.of_org(&s.org_id)});
+    let snapshot =
+        serde_json::json!({"type": "snapshot", "calls": app.calls.live.of_org(&s.org_id)});
     let feed = tokio_stream_of(app.calls.live.subscribe(), s.org_id);
-    let first = futures_util::stream::once(async move { Ok::<_, Infallible>(format!("data: {snapshot}\n\n")) });
+    let first =
+        futures_util::stream::once(
+            async move { Ok::<_, Infallible>(format!("data: {snapshot}\n\n")) },
+        );
     let keepalive = futures_util::stream::unfold((), |()| async {
         tokio::time::sleep(Duration::from_secs(15)).await;
         Some((Ok::<_, Infallible>(": keepalive\n\n".to_owned()), ()))
@@ -597,7 +638,10 @@ fn tokio_stream_of(
                 Ok(_) => continue,
                 // Fell behind: tell the page to reload its snapshot.
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    return Some((Ok("data: {\"type\":\"reload\"}\n\n".to_owned()), (rx, org_id)));
+                    return Some((
+                        Ok("data: {\"type\":\"reload\"}\n\n".to_owned()),
+                        (rx, org_id),
+                    ));
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }

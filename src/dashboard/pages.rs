@@ -195,12 +195,18 @@ fn notice_html(notice: Option<Notice>) -> String {
             esc(&e)
         ),
         Some(Notice::Info(m)) => format!(r#"<p class="notice ok" role="status">{}</p>"#, esc(&m)),
-        Some(Notice::Error(m)) => format!(r#"<p class="notice error" role="alert">{}</p>"#, esc(&m)),
+        Some(Notice::Error(m)) => {
+            format!(r#"<p class="notice error" role="alert">{}</p>"#, esc(&m))
+        }
     }
 }
 
 fn date(rfc3339: &str) -> String {
-    esc(&rfc3339.replace('T', " ").chars().take(16).collect::<String>())
+    esc(&rfc3339
+        .replace('T', " ")
+        .chars()
+        .take(16)
+        .collect::<String>())
 }
 
 /// API keys.
@@ -363,14 +369,20 @@ fn bar_chart(id: &str, title: &str, unit: &str, days: &[(String, f64)]) -> Strin
     )
 }
 
-fn meter(label: &str, used: f64, quota: Option<f64>, unit: &str) -> String {
+fn meter(label: &str, used: f64, quota: Option<f64>, unit: &str, decimals: usize) -> String {
+    let n = |v: f64| format!("{v:.decimals$}");
     match quota {
         Some(q) => format!(
-            r#"<p>{label}: <strong>{used:.2}</strong> of {q:.2} {unit} used, <strong>{left:.2}</strong> left.</p><meter min="0" max="{q}" value="{used}" aria-label="{label} used">{pct:.0}%</meter>"#,
-            left = (q - used).max(0.0),
+            r#"<p>{label}: <strong>{u}</strong> of {qq} {unit} used, <strong>{left}</strong> left.</p><meter min="0" max="{q}" value="{used}" aria-label="{label} used">{pct:.0}%</meter>"#,
+            u = n(used),
+            qq = n(q),
+            left = n((q - used).max(0.0)),
             pct = if q > 0.0 { used / q * 100.0 } else { 100.0 }
         ),
-        None => format!(r#"<p>{label}: <strong>{used:.2}</strong> {unit} used; no quota on this plan.</p>"#),
+        None => format!(
+            r#"<p>{label}: <strong>{u}</strong> {unit} used; no quota on this plan.</p>"#,
+            u = n(used)
+        ),
     }
 }
 
@@ -412,14 +424,26 @@ pub fn usage(s: &Session, org: &Org, report: &UsageReport) -> String {
 {chart_audio}</section>"#,
         month = esc(&report.month),
         plan = esc(&report.plan),
-        tokens = meter("Chat tokens", t.used as f64, t.quota.map(|q| q as f64), "tokens"),
+        tokens = meter(
+            "Chat tokens",
+            t.used as f64,
+            t.quota.map(|q| q as f64),
+            "tokens",
+            0
+        ),
         audio = meter(
             "Audio-minutes",
             a.used / 60.0,
             a.quota.map(|q| q / 60.0),
-            "minutes"
+            "minutes",
+            2
         ),
-        chart_tokens = bar_chart("chart-tokens", "Chat tokens", "tokens", &series(UsageKind::Tokens, 1.0)),
+        chart_tokens = bar_chart(
+            "chart-tokens",
+            "Chat tokens",
+            "tokens",
+            &series(UsageKind::Tokens, 1.0)
+        ),
         chart_audio = bar_chart(
             "chart-audio",
             "Audio-minutes (files and live calls)",

@@ -20,7 +20,9 @@ use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use super::{ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org, SecretBox, Store, StoreError};
+use super::{
+    ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org, SecretBox, Store, StoreError,
+};
 use crate::clock;
 
 /// Directory below the data directory that holds the sled files.

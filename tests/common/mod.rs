@@ -83,7 +83,8 @@ impl Env {
         self.dir.path().join("data")
     }
 
-    fn command(&self) -> Command {
+    /// The binary with this environment, to run as the test likes.
+    pub fn command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_callstream"));
         cmd.current_dir(self.dir.path())
             .env_remove("CALLSTREAM_CONFIG")

@@ -19,9 +19,7 @@ use tokio::sync::mpsc;
 use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
 use super::intent::{Intent, IntentArgs, IntentMsg};
 use super::transcriber::{ChannelTranscript, Transcriber, TranscriberArgs, TranscriberMsg};
-use super::{
-    CallInfo, CallObserver, CallSettings, Credit, IntentClassifier, LiveStats, Outbound,
-};
+use super::{CallInfo, CallObserver, CallSettings, Credit, IntentClassifier, LiveStats, Outbound};
 use crate::asr::pool::AsrPool;
 use crate::billing::{Account, BillingMsg};
 use crate::protocol::messages::Duration as Pt;
