@@ -157,20 +157,20 @@ fn field<'a>(form: &'a Form, name: &str) -> &'a str {
 }
 
 /// The session of a request, or the response that sends it to sign in.
-fn signed_in(app: &App, ctx: &Ctx) -> Result<Session, Response<Body>> {
+fn signed_in(app: &App, ctx: &Ctx) -> Result<Session, Box<Response<Body>>> {
     app.sessions
         .get(ctx.session_id.as_deref())
-        .ok_or_else(|| redirect("/dashboard/login"))
+        .ok_or_else(|| Box::new(redirect("/dashboard/login")))
 }
 
 /// The session of a form post whose CSRF token matches, or the response to send instead.
-fn posted(app: &App, ctx: &Ctx, form: &Form) -> Result<Session, Response<Body>> {
+fn posted(app: &App, ctx: &Ctx, form: &Form) -> Result<Session, Box<Response<Body>>> {
     let session = signed_in(app, ctx)?;
     if !constant_eq(field(form, "csrf"), &session.csrf) {
-        return Err(html(
+        return Err(Box::new(html(
             StatusCode::FORBIDDEN,
             pages::message("Refused", "The form was stale or not sent from this dashboard. Go back, reload the page and try again."),
-        ));
+        )));
     }
     Ok(session)
 }
@@ -225,7 +225,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::post())
         .and(with_app.clone())
         .and(ctx(app.clone()))
-        .and(form.clone())
+        .and(form)
         .then(login);
     let logout = base
         .and(warp::path("logout"))
@@ -233,7 +233,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::post())
         .and(with_app.clone())
         .and(ctx(app.clone()))
-        .and(form.clone())
+        .and(form)
         .map(
             |app: App, ctx: Ctx, form: Form| match posted(&app, &ctx, &form) {
                 Ok(_) => {
@@ -247,7 +247,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
                     );
                     r
                 }
-                Err(r) => r,
+                Err(r) => *r,
             },
         );
     let get_page = base
@@ -259,7 +259,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .then(|page: String, app: App, ctx: Ctx| async move {
             match signed_in(&app, &ctx) {
                 Ok(s) => page_for(&app, &s, &page, None).await,
-                Err(r) => r,
+                Err(r) => *r,
             }
         });
     let post_action = base
@@ -274,7 +274,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
             |page: String, action: String, app: App, ctx: Ctx, form: Form| async move {
                 match posted(&app, &ctx, &form) {
                     Ok(s) => act(&app, &s, &page, &action, &form).await,
-                    Err(r) => r,
+                    Err(r) => *r,
                 }
             },
         );
