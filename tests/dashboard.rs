@@ -336,6 +336,17 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     assert!(text(&c, ".notice.ok").await.contains("saved"));
     click(&c, "form[action='/dashboard/settings/mcp-test'] button").await;
     assert!(text(&c, "#mcp-result").await.contains("get_order_status"));
+    // The token is not shown again; saving without header lines keeps it.
+    let page = source(&c).await;
+    assert!(!page.contains(common::mcp::TOKEN));
+    assert!(text(&c, "#mcp-stored").await.contains("Authorization"));
+    click(
+        &c,
+        "form[action='/dashboard/settings/mcp'] button:not([name])",
+    )
+    .await;
+    click(&c, "form[action='/dashboard/settings/mcp-test'] button").await;
+    assert!(text(&c, "#mcp-result").await.contains("get_order_status"));
     shot(&c, "06-settings").await;
     let listed = env.cli_json(&["org", "list"]);
     let acme = listed["orgs"]

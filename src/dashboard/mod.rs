@@ -534,7 +534,17 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
             )
             .map(|_| Notice::Info("System prompt saved.".into()))
         }
-        ("settings", "mcp") => match mcp_of(form) {
+        ("settings", "mcp") => match mcp_of(form).map(|mcp| {
+            mcp.map(|mut m| {
+                // No header lines: keep the stored headers.
+                if field(form, "headers").trim().is_empty() {
+                    if let Some(old) = app.store.org(&s.org_id).ok().flatten().and_then(|o| o.mcp) {
+                        m.headers = old.headers;
+                    }
+                }
+                m
+            })
+        }) {
             Ok(mcp) => admin(app, AdminRequest::OrgSetMcp { org, mcp })
                 .map(|_| Notice::Info("MCP server saved.".into())),
             Err(e) => Ok(Notice::Error(e)),

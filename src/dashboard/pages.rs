@@ -301,14 +301,20 @@ pub fn connectors(
 
 /// System prompt and MCP server.
 pub fn settings(s: &Session, org: &Org, notice: Option<Notice>) -> String {
-    let (url, headers) = match &org.mcp {
-        Some(m) => (
+    // Header values are secrets (tokens): only their names are shown again.
+    let (url, stored) = match &org.mcp {
+        Some(m) if !m.headers.is_empty() => (
             m.url.clone(),
-            m.headers
-                .iter()
-                .map(|(k, v)| format!("{k}: {v}\n"))
-                .collect::<String>(),
+            format!(
+                "<p id=\"mcp-stored\">Stored headers: {}. Leave the field empty to keep them; lines you enter replace them all.</p>",
+                m.headers
+                    .keys()
+                    .map(|k| format!("<code>{}</code> (value hidden)", esc(k)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ),
+        Some(m) => (m.url.clone(), String::new()),
         None => (String::new(), String::new()),
     };
     let content = format!(
@@ -325,14 +331,13 @@ pub fn settings(s: &Session, org: &Org, notice: Option<Notice>) -> String {
 <label for="mcp-url">URL</label>
 <input id="mcp-url" name="url" type="url" value="{url}" placeholder="https://tools.example.com/mcp">
 <label for="mcp-headers">Headers, one <code>Name: value</code> per line</label>
-<textarea id="mcp-headers" name="headers" rows="3">{headers}</textarea>
+{stored}<textarea id="mcp-headers" name="headers" rows="3"></textarea>
 <div class="row"><button type="submit">Save MCP server</button> <button type="submit" name="clear" value="1" class="danger">Remove</button></div></form>
 <form method="post" action="/dashboard/settings/mcp-test" class="row">{csrf}<button type="submit">Test connection</button></form></section>"#,
         notice = notice_html(notice),
         csrf = csrf(s),
         prompt = esc(org.system_prompt.as_deref().unwrap_or("")),
         url = esc(&url),
-        headers = esc(&headers),
     );
     layout(s, org, "settings", "Settings", &content)
 }
