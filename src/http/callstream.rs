@@ -205,6 +205,8 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
     };
     if !closed_cleanly {
         tracing::error!(call = %call_id, "call supervisor failed; closed with 1011");
+        // It did not tell the live page either.
+        callstream_actors::call::CallObserver::ended(app.calls.live.as_ref(), &call_id);
         let call = call_id.clone();
         match ractor::call!(billing, |reply| BillingMsg::End { call, reply }) {
             Ok(Ok(ms)) => {
