@@ -267,6 +267,7 @@ impl Calls {
             default_language: c.default_language.clone(),
             quota_check: Duration::from_millis(c.quota_check_ms),
             disconnect_grace: Duration::from_millis(c.disconnect_grace_ms),
+            idle_timeout: Duration::from_millis(c.idle_timeout_ms),
             max_held_utterances: c.max_held_utterances,
             external_label: c.external_label.clone(),
             internal_label: c.internal_label.clone(),

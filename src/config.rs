@@ -208,6 +208,8 @@ pub struct CallsConfig {
     pub billing_flush_ms: u64,
     /// How long the server waits for the client's `close` after sending `disconnect`.
     pub disconnect_grace_ms: u64,
+    /// A call whose client sends nothing for this long ends (close 1000, reason `idle timeout`).
+    pub idle_timeout_ms: u64,
     /// Utterances a channel holds while the speech workers' live queue is full.
     pub max_held_utterances: usize,
     /// Frames read from a call's socket and not yet taken by its transcribers.
@@ -337,12 +339,13 @@ impl Config {
         let c = &self.calls;
         if c.quota_check_ms < 100
             || c.billing_flush_ms < 100
+            || c.idle_timeout_ms < 100
             || c.inbound_frames == 0
             || c.outbound_messages == 0
             || c.max_frame_bytes < 1024
         {
             return Err(invalid(
-                "calls: quota_check_ms and billing_flush_ms must be at least 100, \
+                "calls: quota_check_ms, billing_flush_ms and idle_timeout_ms must be at least 100, \
                  inbound_frames and outbound_messages at least 1, max_frame_bytes at least 1024"
                     .into(),
             ));

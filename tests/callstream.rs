@@ -775,3 +775,38 @@ async fn an_exhausted_quota_disconnects_at_open_and_mid_call() {
         .unwrap();
     assert!((60.0..70.8).contains(&used), "{used}");
 }
+
+// The CLI runs block a worker; the scripted provider needs another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_is_timed_out() {
+    let (_fake, env, server) = setup(&[("CALLSTREAM_CALLS__IDLE_TIMEOUT_MS", "1000")]).await;
+    let (org, client_id, secret) = connector(&env, None);
+    // Nothing at all after the upgrade.
+    let headers = signed(&server, &client_id, &secret, now());
+    let mut ws = connect(&server, &headers).await;
+    assert_eq!(
+        next(&mut ws).await,
+        Frame::Close(1000, "idle timeout".into())
+    );
+    // Pings keep an open call alive; silence ends it.
+    let headers = signed(&server, &client_id, &secret, now());
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "opened");
+    ws.send(Message::binary(vec![0xFFu8; 3200])).await.unwrap();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.send(&mut ws, "ping", json!({})).await;
+        assert_eq!(c.recv(&mut ws).await["type"], "pong");
+    }
+    assert_eq!(
+        next(&mut ws).await,
+        Frame::Close(1000, "idle timeout".into())
+    );
+    // The 200 ms it streamed are billed.
+    let used = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
+        .as_f64()
+        .unwrap();
+    assert!((used - 0.2).abs() < 1e-9, "{used}");
+}

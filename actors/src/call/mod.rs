@@ -90,6 +90,9 @@ pub struct CallSettings {
     pub quota_check: Duration,
     /// How long to wait for the client's `close` after a `disconnect`.
     pub disconnect_grace: Duration,
+    /// A client that sends nothing (no message, no audio) for this long is gone: the call ends.
+    /// AudioHook clients ping every 5 s, also while paused.
+    pub idle_timeout: Duration,
     /// Utterances a transcriber holds while the ASR pool's live queue is full; beyond this the
     /// oldest held utterance is dropped (and counted).
     pub max_held_utterances: usize,
@@ -107,6 +110,7 @@ impl Default for CallSettings {
             default_language: "en".to_owned(),
             quota_check: Duration::from_secs(30),
             disconnect_grace: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
             max_held_utterances: 8,
             external_label: "Customer".to_owned(),
             internal_label: "Agent".to_owned(),

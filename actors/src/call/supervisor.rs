@@ -53,6 +53,8 @@ pub enum CallMsg {
     Intent(Result<Value, String>),
     /// Time for the quota check.
     QuotaTick,
+    /// Time to see whether the client has gone silent.
+    IdleTick,
     /// The client did not answer our `disconnect` in time.
     GraceOver,
 }
@@ -95,6 +97,8 @@ pub struct CallState {
     channels_done: usize,
     metered: bool,
     quota_timer: Option<JoinHandle<()>>,
+    idle_timer: Option<JoinHandle<()>>,
+    last_heard: std::time::Instant,
     ending: bool,
     active: Option<ActiveCall>,
 }
@@ -144,7 +148,10 @@ impl CallState {
         if std::mem::replace(&mut self.ending, true) {
             return;
         }
-        if let Some(timer) = self.quota_timer.take() {
+        for timer in [self.quota_timer.take(), self.idle_timer.take()]
+            .into_iter()
+            .flatten()
+        {
             timer.abort();
         }
         if self.metered {
@@ -419,10 +426,13 @@ impl Actor for CallSupervisor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: CallArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let check = (args.settings.idle_timeout / 4).max(std::time::Duration::from_millis(100));
         Ok(CallState {
+            idle_timer: Some(myself.send_interval(check, || CallMsg::IdleTick)),
+            last_heard: std::time::Instant::now(),
             session: Session::new(args.session_header.clone()),
             language: args.settings.default_language.clone(),
             language_tag: None,
@@ -451,10 +461,12 @@ impl Actor for CallSupervisor {
         }
         match message {
             CallMsg::Text(text, _credit) => {
+                state.last_heard = std::time::Instant::now();
                 let step = state.session.on_text(&text);
                 state.on_step(&myself, step, None).await?;
             }
             CallMsg::Audio(bytes, credit) => {
+                state.last_heard = std::time::Instant::now();
                 let step = state.session.on_audio(bytes.len());
                 state.on_step(&myself, step, Some((bytes, credit))).await?;
             }
@@ -519,6 +531,17 @@ impl Actor for CallSupervisor {
                             tracing::error!(call = %state.args.call_id, error = %e, "quota check failed")
                         }
                     }
+                }
+            }
+            CallMsg::IdleTick => {
+                let silent = state.last_heard.elapsed();
+                // A closing call is waiting for its own transcripts, not for the client.
+                if silent > state.args.settings.idle_timeout
+                    && state.session.state() != State::Closing
+                {
+                    tracing::info!(call = %state.args.call_id, silent_s = silent.as_secs_f64(),
+                        "client silent: ending the call");
+                    state.end(&myself, 1000, "idle timeout").await;
                 }
             }
             CallMsg::GraceOver => {
