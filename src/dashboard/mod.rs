@@ -7,8 +7,9 @@
 //! Security:
 //! - Passwords are argon2id hashes.
 //! - Sessions are random 256-bit tokens in an `HttpOnly`, `SameSite=Strict` cookie scoped to
-//!   `/dashboard`. The cookie is `Secure` when the request came over TLS (the proxy in front says
-//!   so with `X-Forwarded-Proto: https`) or `server.public_url` is https. Sessions last 12 hours
+//!   `/dashboard`. The cookie is `Secure` when the request came over TLS: the proxy in front says
+//!   so with `X-Forwarded-Proto: https`, or the request is for the host of an https
+//!   `server.public_url`. Sessions last 12 hours
 //!   and live in memory (a restart signs everyone out).
 //! - Every form carries the session's CSRF token; the sign-in form carries one bound to a
 //!   short-lived pre-session cookie.
@@ -111,12 +112,23 @@ fn ctx(app: App) -> impl Filter<Extract = (Ctx,), Error = Rejection> + Clone {
     warp::cookie::optional::<String>(SESSION_COOKIE)
         .and(warp::cookie::optional::<String>(LOGIN_COOKIE))
         .and(warp::header::optional::<String>("x-forwarded-proto"))
-        .map(move |session_id, login_token, proto: Option<String>| Ctx {
-            session_id,
-            login_token,
-            secure: proto.as_deref() == Some("https")
-                || app.config.server.public_url.starts_with("https://"),
-        })
+        .and(warp::header::optional::<String>("host"))
+        .map(
+            move |session_id, login_token, proto: Option<String>, host: Option<String>| {
+                // Over TLS when the proxy says so, or when the browser asked for the public
+                // https host (a local trial on 127.0.0.1 over plain HTTP is not).
+                let public = app.config.server.public_url.as_str();
+                let public_tls = public.strip_prefix("https://").is_some_and(|h| {
+                    host.as_deref()
+                        .is_some_and(|host| host.eq_ignore_ascii_case(h.trim_end_matches('/')))
+                });
+                Ctx {
+                    session_id,
+                    login_token,
+                    secure: proto.as_deref() == Some("https") || public_tls,
+                }
+            },
+        )
 }
 
 fn cookie(name: &str, value: &str, max_age_s: i64, secure: bool) -> String {
