@@ -192,6 +192,23 @@ fn stereo_pcmu() -> Value {
     json!([{"type":"audio","format":"PCMU","channels":["external","internal"],"rate":8000}])
 }
 
+/// Runs `callstream call --json FILE` against `server` with a connector's credentials.
+fn call(
+    env: &Env,
+    server: &Server,
+    file: &str,
+    client_id: &str,
+    secret: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let url = server.url("");
+    let mut args = vec![
+        "--json", "call", file, "--url", &url, "--key", client_id, "--secret", secret,
+    ];
+    args.extend_from_slice(extra);
+    env.cli(&args)
+}
+
 /// Lines of `callstream call --json` (one server message each).
 fn messages(stdout: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(stdout)
@@ -217,19 +234,14 @@ fn call_samples() -> u64 {
 async fn the_genesys_call_gives_final_transcripts_on_both_channels_and_bills_exactly_its_audio() {
     let (_fake, env, server) = setup(&[]).await;
     let (org, client_id, secret) = connector(&env, None);
-    let out = env.cli(&[
-        "--json",
-        "call",
+    let out = call(
+        &env,
+        &server,
         fixture(CALL).to_str().unwrap(),
-        "--url",
-        &server.url(""),
-        "--key",
         &client_id,
-        "--secret",
         &secret,
-        "--speed",
-        "4",
-    ]);
+        &["--speed", "4"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let all = messages(&out.stdout);
@@ -322,23 +334,16 @@ async fn the_genesys_call_gives_final_transcripts_on_both_channels_and_bills_exa
 async fn l16_mono_calls_and_probes() {
     let (_fake, env, server) = setup(&[]).await;
     let (org, client_id, secret) = connector(&env, None);
-    let out = env.cli(&[
-        "--json",
-        "call",
+    let out = call(
+        &env,
+        &server,
         fixture("fixtures/formats/pcm8-mono-8k.wav")
             .to_str()
             .unwrap(),
-        "--url",
-        &server.url(""),
-        "--key",
         &client_id,
-        "--secret",
         &secret,
-        "--speed",
-        "0",
-        "--format",
-        "l16",
-    ]);
+        &["--speed", "0", "--format", "l16"],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -670,21 +675,14 @@ async fn analyze_requests_during_a_run_collapse_into_one_follow_up() {
     // analysis is answered with an error and the call goes on.
     fake.set_delay(Duration::ZERO);
     fake.push(Reply::Status(500, "overloaded"));
-    let out = env.cli(&[
-        "--json",
-        "call",
+    let out = call(
+        &env,
+        &server,
         fixture(CALL).to_str().unwrap(),
-        "--url",
-        &server.url(""),
-        "--key",
         &client_id,
-        "--secret",
         &secret,
-        "--speed",
-        "4",
-        "--analyze-every",
-        "30",
-    ]);
+        &["--speed", "4", "--analyze-every", "30"],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -715,19 +713,14 @@ async fn an_exhausted_quota_disconnects_at_open_and_mid_call() {
     .await;
     // At open.
     let (_, client_id, secret) = connector(&env, Some("team"));
-    let out = env.cli(&[
-        "--json",
-        "call",
+    let out = call(
+        &env,
+        &server,
         fixture(CALL).to_str().unwrap(),
-        "--url",
-        &server.url(""),
-        "--key",
         &client_id,
-        "--secret",
         &secret,
-        "--speed",
-        "4",
-    ]);
+        &["--speed", "4"],
+    );
     assert_eq!(out.status.code(), Some(2));
     let kinds: Vec<_> = messages(&out.stdout)
         .iter()
@@ -742,19 +735,14 @@ async fn an_exhausted_quota_disconnects_at_open_and_mid_call() {
 
     // Mid-call: one minute of quota, a 70.8 s call streamed 8x, checked every second.
     let (org, client_id, secret) = connector(&env, None);
-    let out = env.cli(&[
-        "--json",
-        "call",
+    let out = call(
+        &env,
+        &server,
         fixture(CALL).to_str().unwrap(),
-        "--url",
-        &server.url(""),
-        "--key",
         &client_id,
-        "--secret",
         &secret,
-        "--speed",
-        "8",
-    ]);
+        &["--speed", "8"],
+    );
     assert_eq!(
         out.status.code(),
         Some(2),
