@@ -359,9 +359,7 @@ async fn l16_mono_calls_and_probes() {
     assert!(events
         .iter()
         .all(|e| e["parameters"]["entities"][0]["data"]["channelId"] == 0));
-    let used = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
-        .as_f64()
-        .unwrap();
+    let used = env.audio_used(&org);
 
     // A probe opens and closes and bills nothing.
     let out = env.cli(&[
@@ -386,9 +384,7 @@ async fn l16_mono_calls_and_probes() {
         .map(|m| m["type"].clone())
         .collect();
     assert_eq!(kinds, ["opened", "closed"]);
-    let after = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
-        .as_f64()
-        .unwrap();
+    let after = env.audio_used(&org);
     assert_eq!(used, after);
     assert!((used - 3.275).abs() < 0.01, "{used}");
 }
@@ -758,9 +754,7 @@ async fn an_exhausted_quota_disconnects_at_open_and_mid_call() {
         "transcripts came before the quota ran out"
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("socket closed with 1000"));
-    let used = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
-        .as_f64()
-        .unwrap();
+    let used = env.audio_used(&org);
     assert!((60.0..70.8).contains(&used), "{used}");
 }
 
@@ -793,8 +787,6 @@ async fn a_silent_client_is_timed_out() {
         Frame::Close(1000, "idle timeout".into())
     );
     // The 200 ms it streamed are billed.
-    let used = env.cli_json(&["usage", &org])["audio_seconds"]["used"]
-        .as_f64()
-        .unwrap();
+    let used = env.audio_used(&org);
     assert!((used - 0.2).abs() < 1e-9, "{used}");
 }

@@ -129,12 +129,6 @@ async fn source(c: &Client) -> String {
     c.source().await.unwrap()
 }
 
-fn audio_used(env: &Env, org: &str) -> f64 {
-    env.cli_json(&["usage", org])["audio_seconds"]["used"]
-        .as_f64()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     let fake = FakeUpstream::start().await;
@@ -298,7 +292,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     text(&c, "#no-calls").await;
 
     // Usage moved: 70.8 s of audio is 1.18 audio-minutes.
-    let used = audio_used(&env, &org);
+    let used = env.audio_used(&org);
     assert!((used - 70.848).abs() < 0.01, "{used}");
     c.goto(&format!("{base}/usage")).await.unwrap();
     let audio = text(&c, "#quota-audio").await;

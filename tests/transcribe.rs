@@ -46,12 +46,6 @@ async fn upload(
     (status, resp.json().await.unwrap())
 }
 
-fn audio_used(env: &Env, org: &str) -> f64 {
-    env.cli_json(&["usage", org])["audio_seconds"]["used"]
-        .as_f64()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn every_format_transcribes_and_bills_its_duration() {
     let fake = FakeUpstream::start().await;
@@ -103,7 +97,7 @@ async fn every_format_transcribes_and_bills_its_duration() {
         assert_eq!(seg["speaker"], expected_speaker, "{f}");
         billed += body["duration"].as_f64().unwrap();
     }
-    let used = audio_used(&env, &org);
+    let used = env.audio_used(&org);
     assert!(
         (used - billed).abs() < 0.01,
         "billed {used} s, durations add up to {billed} s"
@@ -172,7 +166,7 @@ async fn stereo_call_with_bant_and_neat_p_on_the_embedded_model() {
             }
         }
     }
-    assert!((audio_used(&env, &org) - 70.848).abs() < 0.01);
+    assert!((env.audio_used(&org) - 70.848).abs() < 0.01);
 }
 
 #[tokio::test]
@@ -241,7 +235,7 @@ async fn errors_have_their_statuses_and_bill_nothing() {
     let mut answer = vec![0u8; 256];
     let n = raw.read(&mut answer).await.unwrap();
     assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 413"));
-    assert_eq!(audio_used(&env, &org), 0.0);
+    assert_eq!(env.audio_used(&org), 0.0);
 }
 
 #[tokio::test]
@@ -288,7 +282,7 @@ async fn quota_is_checked_before_any_work_and_against_the_file_length() {
     )
     .await;
     assert_eq!(status, 200);
-    assert!((audio_used(&env, &org) - 3.275).abs() < 0.01);
+    assert!((env.audio_used(&org) - 3.275).abs() < 0.01);
 
     let team = env.cli_json(&["org", "create", "Zero", "--plan", "team"]);
     let (_, zero_key) = env.key(team["id"].as_str().unwrap());

@@ -63,6 +63,21 @@ pub enum BillingMsg {
     Flush,
 }
 
+/// Ends a call's metering: writes the rest of its usage and logs the outcome. A write that
+/// fails stays pending in the actor and is retried at the next flush.
+pub async fn end_call(billing: &ActorRef<BillingMsg>, call_id: &str) {
+    let call = call_id.to_owned();
+    match ractor::call!(billing, |reply| BillingMsg::End { call, reply }) {
+        Ok(Ok(ms)) => {
+            tracing::info!(call = %call_id, billed_s = ms as f64 / 1000.0, "call billed")
+        }
+        Ok(Err(e)) => {
+            tracing::error!(call = %call_id, error = %e, "call usage not written yet; billing retries")
+        }
+        Err(e) => tracing::error!(call = %call_id, error = %e, "billing actor unreachable"),
+    }
+}
+
 /// The actor's arguments.
 pub struct BillingArgs {
     /// Where events go (durably).

@@ -18,7 +18,7 @@ use warp::http::HeaderMap;
 use warp::ws::{Message as WsMessage, WebSocket, Ws};
 use warp::{Filter, Rejection, Reply};
 
-use callstream_actors::billing::{Account, BillingMsg};
+use callstream_actors::billing::{self, Account};
 use callstream_actors::call::{CallArgs, CallMsg, CallSupervisor, Outbound};
 
 use crate::app::App;
@@ -100,7 +100,7 @@ async fn refuse(socket: WebSocket) {
 async fn call(app: App, account: Account, session_header: Option<String>, socket: WebSocket) {
     let (mut tx, mut rx) = socket.split();
     let settings = &app.config.calls;
-    let billing = match app.calls.billing().await {
+    let billing_actor = match app.calls.billing().await {
         Ok(b) => b,
         Err(e) => {
             tracing::error!(error = %e, "billing actor unavailable");
@@ -119,7 +119,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         account,
         outbound: out_tx,
         pool: app.asr.clone(),
-        billing: billing.clone(),
+        billing: billing_actor.clone(),
         classifier: app.calls.classifier.clone(),
         settings: app.calls.settings(&languages),
         stats: app.calls.stats.clone(),
@@ -207,14 +207,6 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         tracing::error!(call = %call_id, "call supervisor failed; closed with 1011");
         // It did not tell the live page either.
         callstream_actors::call::CallObserver::ended(app.calls.live.as_ref(), &call_id);
-        let call = call_id.clone();
-        match ractor::call!(billing, |reply| BillingMsg::End { call, reply }) {
-            Ok(Ok(ms)) => {
-                tracing::info!(call = %call_id, billed_s = ms as f64 / 1000.0, "call billed")
-            }
-            other => {
-                tracing::error!(call = %call_id, result = ?other.err(), "call usage not written yet; billing retries")
-            }
-        }
+        billing::end_call(&billing_actor, &call_id).await;
     }
 }

@@ -132,6 +132,13 @@ impl Env {
         )
     }
 
+    /// Seconds of audio the organisation used this month, as `callstream usage` reports them.
+    pub fn audio_used(&self, org_id: &str) -> f64 {
+        self.cli_json(&["usage", org_id])["audio_seconds"]["used"]
+            .as_f64()
+            .unwrap()
+    }
+
     /// Sets or replaces an environment variable of the binary.
     pub fn set(&mut self, name: &str, value: &str) {
         self.vars.retain(|(k, _)| k != name);

@@ -155,18 +155,7 @@ impl CallState {
             timer.abort();
         }
         if self.metered {
-            let call = self.args.call_id.clone();
-            match ractor::call!(self.args.billing, |reply| BillingMsg::End { call, reply }) {
-                Ok(Ok(ms)) => {
-                    tracing::info!(call = %self.args.call_id, billed_s = ms as f64 / 1000.0, "call billed")
-                }
-                Ok(Err(e)) => {
-                    tracing::error!(call = %self.args.call_id, error = %e, "call usage not written yet; billing retries")
-                }
-                Err(e) => {
-                    tracing::error!(call = %self.args.call_id, error = %e, "billing actor unreachable")
-                }
-            }
+            crate::billing::end_call(&self.args.billing, &self.args.call_id).await;
             if let Some(o) = &self.args.observer {
                 o.ended(&self.args.call_id);
             }
