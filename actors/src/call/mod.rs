@@ -141,3 +141,20 @@ pub struct LiveStats {
     /// Final transcripts sent.
     pub transcripts: std::sync::atomic::AtomicU64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CallSettings;
+
+    #[test]
+    fn language_tags_map_to_model_languages() {
+        let s = CallSettings {
+            languages: vec!["en".into(), "de".into()],
+            ..CallSettings::default()
+        };
+        assert_eq!(s.model_language("en-US").as_deref(), Some("en"));
+        assert_eq!(s.model_language("DE_at").as_deref(), Some("de"));
+        assert_eq!(s.model_language("es-ES"), None);
+        assert_eq!(s.model_language(""), None);
+    }
+}
