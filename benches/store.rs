@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use callstream::admin::{Admin, AdminRequest, AdminResponse};
-use callstream::app::open_store;
 use callstream::auth::ratelimit::RateLimiter;
 use callstream::auth::Authenticator;
 use callstream::config::Config;
+use callstream::store::open as open_store;
 use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -25,7 +25,7 @@ fn parts(dir: &std::path::Path) -> Parts {
         dir.display().to_string(),
     )];
     let config = Arc::new(Config::load_with_env(None, env).expect("config"));
-    let store = open_store(&config).expect("store");
+    let store = open_store(&config.storage).expect("store");
     Parts {
         admin: Admin::new(config.clone(), store.clone()),
         auth: Authenticator::new(config, store.clone()),

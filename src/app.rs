@@ -9,8 +9,7 @@ use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::llm::chat::{ChatService, ChatSettings};
 use crate::llm::{LlmError, Provider};
-use crate::store::crypto::KeyError;
-use crate::store::{SecretBox, SledStore, Store, StoreError};
+use crate::store::Store;
 
 /// Everything a request handler may need.
 #[derive(Clone)]
@@ -34,21 +33,15 @@ pub struct App {
     /// Live calls: connector authentication, billing, intent analysis.
     pub calls: Arc<crate::calls::Calls>,
     /// Dashboard sign-in sessions.
-    pub sessions: Arc<crate::dashboard::Sessions>,
+    pub sessions: Arc<crate::auth::sessions::Sessions>,
 }
 
 /// Why the service could not be put together.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The data directory could not be created.
-    #[error("cannot create data directory {0}: {1}")]
-    DataDir(String, std::io::Error),
-    /// The encryption key is unusable.
+    /// The store could not be opened.
     #[error(transparent)]
-    Key(#[from] KeyError),
-    /// The database could not be opened.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] crate::store::OpenError),
     /// The speech model is missing or unreadable.
     #[error("speech model: {0} (scripts/setup.sh installs it)")]
     Model(#[from] ModelError),
@@ -60,20 +53,23 @@ pub enum OpenError {
     Asr(#[from] callstream_actors::asr::AsrError),
 }
 
-/// Opens the store of `config`'s data directory, creating it on first use.
-pub fn open_store(config: &Config) -> Result<Arc<dyn Store>, OpenError> {
-    let dir = &config.storage.data_dir;
-    std::fs::create_dir_all(dir).map_err(|e| OpenError::DataDir(dir.display().to_string(), e))?;
-    let secrets = SecretBox::from_config(&config.storage.secret_key, dir)?;
-    Ok(Arc::new(SledStore::open(dir, secrets)?))
-}
-
 impl App {
+    /// What file transcription runs on.
+    pub fn files(&self) -> crate::files::FileEngines {
+        crate::files::FileEngines {
+            pool: self.asr.clone(),
+            languages: self.languages.clone(),
+            vad: self.config.vad.config(),
+            channel_roles: self.config.transcribe.channel_roles.clone(),
+            llm: Some(self.llm.clone()),
+        }
+    }
+
     /// Opens the store and reads the speech model's languages.
     pub fn open(config: Config) -> Result<Self, OpenError> {
         let config = Arc::new(config);
         let languages = model_languages(&config.models.whisper)?;
-        let store = open_store(&config)?;
+        let store = crate::store::open(&config.storage)?;
         let llm = crate::llm::build_provider(&config)?;
         let asr = Arc::new(crate::speech::start_pool(&config, None)?);
         let chat = ChatService::new(

@@ -9,16 +9,20 @@
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use callstream_actors::audio::g711::encode_ulaw_into;
+use callstream_actors::protocol::messages::{
+    ClientEnvelope, ClientMessage, CloseParams, Duration as Pt, Empty, MediaEntry, OpenParams,
+    Participant, PingParams, ServerEnvelope, ServerMessage, VERSION,
+};
 
-use crate::auth::rfc9421::RequestParts;
-use crate::calls::sign_upgrade;
+use crate::auth::rfc9421::{sign_audiohook, RequestParts};
 
 /// Audio rate of AudioHook.
 pub const RATE: usize = 8000;
@@ -161,14 +165,23 @@ struct Client {
 }
 
 impl Client {
-    fn message(&mut self, kind: &str, parameters: Value) -> Message {
+    fn message(&mut self, message: ClientMessage) -> Message {
         self.seq += 1;
-        let position = callstream_actors::protocol::messages::Duration(self.position);
-        Message::text(
-            json!({"version":"2","id":self.id,"type":kind,"seq":self.seq,
-                "serverseq":self.serverseq,"position":position.to_string(),"parameters":parameters})
-            .to_string(),
-        )
+        let envelope = ClientEnvelope {
+            version: VERSION.to_owned(),
+            id: self.id.clone(),
+            seq: self.seq,
+            serverseq: self.serverseq,
+            position: Pt(self.position),
+            message,
+        };
+        Message::text(serde_json::to_string(&envelope).expect("client messages always serialize"))
+    }
+
+    fn close(&mut self, reason: &str) -> Message {
+        self.message(ClientMessage::Close(CloseParams {
+            reason: reason.to_owned(),
+        }))
     }
 }
 
@@ -213,7 +226,7 @@ pub async fn run_call(
             headers: &headers,
         };
         let created = crate::clock::now_ms() / 1000;
-        let (input, signature) = sign_upgrade(&parts, &options.client_id, secret, created)
+        let (input, signature) = sign_audiohook(&parts, &options.client_id, secret, created)
             .map_err(CallError::Options)?;
         headers.push(("signature-input".to_owned(), input));
         headers.push(("signature".to_owned(), signature));
@@ -241,25 +254,49 @@ pub async fn run_call(
         position: 0.0,
     };
     let nil = "00000000-0000-0000-0000-000000000000";
-    let channel_names: Vec<&str> = ["external", "internal"][..channels.len()].to_vec();
+    let channel_names = ["external", "internal"][..channels.len()]
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect();
     let format = match options.format {
         WireFormat::Pcmu => "PCMU",
         WireFormat::L16 => "L16",
     };
-    let open = json!({
-        "organizationId": org,
-        "conversationId": if options.probe { nil.to_owned() } else { uuid() },
-        "participant": if options.probe {
-            json!({"id": nil, "ani": "", "aniName": "", "dnis": ""})
+    let participant = if options.probe {
+        Participant {
+            id: nil.to_owned(),
+            ani: String::new(),
+            ani_name: String::new(),
+            dnis: String::new(),
+        }
+    } else {
+        Participant {
+            id: uuid(),
+            ani: "+15550100".to_owned(),
+            ani_name: "Caller".to_owned(),
+            dnis: "+15550199".to_owned(),
+        }
+    };
+    let open = ClientMessage::Open(OpenParams {
+        organization_id: org,
+        conversation_id: if options.probe {
+            nil.to_owned()
         } else {
-            json!({"id": uuid(), "ani": "+15550100", "aniName": "Caller", "dnis": "+15550199"})
+            uuid()
         },
-        "media": [{"type": "audio", "format": format, "channels": channel_names, "rate": RATE}],
-        "language": options.language,
+        participant,
+        media: vec![MediaEntry {
+            kind: "audio".to_owned(),
+            format: format.to_owned(),
+            channels: channel_names,
+            rate: RATE as u32,
+        }],
+        language: Some(options.language.clone()),
+        supported_languages: None,
     });
     let started = Instant::now();
     let mut outcome = CallOutcome::default();
-    tx.send(client.message("open", open))
+    tx.send(client.message(open))
         .await
         .map_err(|e| CallError::Connect(e.to_string()))?;
 
@@ -303,19 +340,19 @@ pub async fn run_call(
                 };
                 match msg {
                     Message::Text(text) => {
-                        let message: Value = serde_json::from_str(&text)
-                            .map_err(|e| CallError::Protocol(format!("bad server message: {e}")))?;
-                        client.serverseq = message["seq"].as_u64().unwrap_or(client.serverseq);
+                        let bad = |e: serde_json::Error| CallError::Protocol(format!("bad server message: {e}"));
+                        let message: Value = serde_json::from_str(&text).map_err(bad)?;
+                        let envelope = ServerEnvelope::deserialize(&message).map_err(bad)?;
+                        client.serverseq = envelope.seq;
                         let received = Received { at: started.elapsed(), message };
                         on_message(&received);
-                        let kind = received.message["type"].as_str().unwrap_or_default().to_owned();
                         outcome.messages.push(received);
-                        match kind.as_str() {
-                            "opened" => opened = true,
-                            "disconnect" if !closing => {
+                        match envelope.message {
+                            ServerMessage::Opened(_) => opened = true,
+                            ServerMessage::Disconnect(_) if !closing => {
                                 closing = true;
                                 deadline = Some(Instant::now() + options.close_timeout);
-                                let close = client.message("close", json!({"reason": "disconnect"}));
+                                let close = client.close("disconnect");
                                 tx.send(close).await.map_err(|e| CallError::Connect(e.to_string()))?;
                             }
                             _ => {}
@@ -331,14 +368,14 @@ pub async fn run_call(
                 }
             }
             _ = ping.tick(), if opened && !closing => {
-                let rtt = json!({});
-                tx.send(client.message("ping", rtt)).await.map_err(|e| CallError::Connect(e.to_string()))?;
+                let ping = ClientMessage::Ping(PingParams::default());
+                tx.send(client.message(ping)).await.map_err(|e| CallError::Connect(e.to_string()))?;
             }
             _ = tokio::time::sleep(wait), if opened && !closing => {
                 if sent >= total {
                     closing = true;
                     deadline = Some(Instant::now() + options.close_timeout);
-                    let close = client.message("close", json!({"reason": "end"}));
+                    let close = client.close("end");
                     tx.send(close).await.map_err(|e| CallError::Connect(e.to_string()))?;
                     continue;
                 }
@@ -350,7 +387,7 @@ pub async fn run_call(
                 outcome.frames.push((started.elapsed(), client.position));
                 if let Some(at) = next_analyze {
                     if client.position >= at {
-                        tx.send(client.message("analyze", json!({}))).await.map_err(|e| CallError::Connect(e.to_string()))?;
+                        tx.send(client.message(ClientMessage::Analyze(Empty {}))).await.map_err(|e| CallError::Connect(e.to_string()))?;
                         outcome.analyze_sent += 1;
                         next_analyze = options.analyze_every.map(|every| at + every);
                     }

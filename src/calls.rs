@@ -1,27 +1,27 @@
 //! Live calls, the service side: connector authentication of the AudioHook upgrade request,
-//! the process-wide billing actor, the intent analysis behind the engine's port, and the
-//! settings every call starts with.
+//! the process-wide billing actor's lifecycle, and the settings every call starts with. The
+//! intent analysis behind the engine's port is [`crate::llm::profiles::LlmIntent`]; calls in
+//! progress for the dashboard are [`crate::live`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use ractor::{Actor, ActorRef};
 use tokio::sync::OnceCell;
 
-use callstream_actors::billing::{Account, Billing, BillingArgs, BillingMsg};
-use callstream_actors::call::{
-    CallInfo, CallObserver, CallSettings, IntentClassifier, IntentFuture, LiveStats,
-};
+use callstream_actors::billing::{Billing, BillingArgs, BillingMsg};
+use callstream_actors::call::{CallSettings, IntentClassifier, LiveStats};
+use callstream_actors::usage::Account;
 
 use crate::auth::rfc9421::{self, NonceCache, Policy, RequestParts, SignatureError};
 use crate::config::Config;
-use crate::llm::profiles::{analyse, ProfileKind};
+use crate::live::LiveCalls;
+use crate::llm::profiles::LlmIntent;
 use crate::llm::Provider;
 use crate::store::{Store, StoreError};
 use crate::usage::Quotas;
 
-/// Why an upgrade request is refused (all close with 4401; the reason is only logged).
+/// Why an upgrade request is refused (all are refused alike; the reason is only logged).
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
     /// No `X-API-Key`.
@@ -41,30 +41,6 @@ pub enum HandshakeError {
     Store(#[from] StoreError),
 }
 
-/// The intent profile of the language model, as the engine's [`IntentClassifier`].
-pub struct LlmIntent {
-    provider: Arc<dyn Provider>,
-}
-
-impl LlmIntent {
-    /// Classifies with `provider`.
-    pub fn new(provider: Arc<dyn Provider>) -> Self {
-        Self { provider }
-    }
-}
-
-impl IntentClassifier for LlmIntent {
-    fn classify(&self, transcript: String) -> IntentFuture {
-        let provider = self.provider.clone();
-        Box::pin(async move {
-            analyse(provider.as_ref(), ProfileKind::Intent, &transcript)
-                .await
-                .map(|(value, _usage)| value)
-                .map_err(|e| e.to_string())
-        })
-    }
-}
-
 /// What live calls share.
 pub struct Calls {
     config: Arc<Config>,
@@ -78,169 +54,6 @@ pub struct Calls {
     pub stats: Arc<LiveStats>,
     /// Calls in progress, for the dashboard.
     pub live: Arc<LiveCalls>,
-}
-
-/// Most transcript lines kept per call for the dashboard.
-const MAX_LINES: usize = 500;
-
-/// A call in progress, as the dashboard shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LiveCall {
-    /// Call id.
-    pub call_id: String,
-    /// Owner (not sent to browsers).
-    #[serde(skip)]
-    pub org_id: String,
-    /// The platform's conversation id.
-    pub conversation_id: String,
-    /// Channel names in order.
-    pub channels: Vec<String>,
-    /// Language tag.
-    pub language: Option<String>,
-    /// RFC 3339.
-    pub started_at: String,
-    /// Final transcripts so far (the last 500).
-    pub lines: Vec<LiveLine>,
-}
-
-/// A final transcript of a call in progress.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LiveLine {
-    /// Channel index.
-    pub channel: usize,
-    /// Seconds on the call timeline.
-    pub offset: f64,
-    /// Text.
-    pub text: String,
-}
-
-/// What the live page is told.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum LiveEvent {
-    /// A call opened.
-    Opened {
-        /// The call.
-        call: LiveCall,
-    },
-    /// A final transcript.
-    Transcript {
-        /// Call id.
-        call_id: String,
-        /// The line.
-        line: LiveLine,
-    },
-    /// A call ended.
-    Ended {
-        /// Call id.
-        call_id: String,
-    },
-}
-
-/// The calls in progress, per organisation, and a feed of what happens to them.
-pub struct LiveCalls {
-    calls: std::sync::Mutex<std::collections::HashMap<String, LiveCall>>,
-    feed: tokio::sync::broadcast::Sender<(String, LiveEvent)>,
-}
-
-impl Default for LiveCalls {
-    fn default() -> Self {
-        Self {
-            calls: Default::default(),
-            feed: tokio::sync::broadcast::channel(1024).0,
-        }
-    }
-}
-
-impl LiveCalls {
-    /// The organisation's calls in progress, oldest first.
-    pub fn of_org(&self, org_id: &str) -> Vec<LiveCall> {
-        let calls = self
-            .calls
-            .lock()
-            .expect("live call map lock is never poisoned");
-        let mut list: Vec<LiveCall> = calls
-            .values()
-            .filter(|c| c.org_id == org_id)
-            .cloned()
-            .collect();
-        list.sort_by(|a, b| a.started_at.cmp(&b.started_at));
-        list
-    }
-
-    /// Everything that happens from now on: (organisation id, event).
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<(String, LiveEvent)> {
-        self.feed.subscribe()
-    }
-
-    fn publish(&self, org_id: String, event: LiveEvent) {
-        // Nobody watching is fine.
-        let _ = self.feed.send((org_id, event));
-    }
-}
-
-impl CallObserver for LiveCalls {
-    fn opened(&self, call: &CallInfo) {
-        let live = LiveCall {
-            call_id: call.call_id.clone(),
-            org_id: call.org_id.clone(),
-            conversation_id: call.conversation_id.clone(),
-            channels: call.channels.clone(),
-            language: call.language.clone(),
-            started_at: crate::clock::rfc3339(crate::clock::now_ms()),
-            lines: Vec::new(),
-        };
-        self.calls
-            .lock()
-            .expect("live call map lock is never poisoned")
-            .insert(call.call_id.clone(), live.clone());
-        self.publish(call.org_id.clone(), LiveEvent::Opened { call: live });
-    }
-
-    fn transcript(&self, call_id: &str, channel: usize, offset_secs: f64, text: &str) {
-        let line = LiveLine {
-            channel,
-            offset: (offset_secs * 1000.0).round() / 1000.0,
-            text: text.to_owned(),
-        };
-        let org = {
-            let mut calls = self
-                .calls
-                .lock()
-                .expect("live call map lock is never poisoned");
-            let Some(call) = calls.get_mut(call_id) else {
-                return;
-            };
-            if call.lines.len() == MAX_LINES {
-                call.lines.remove(0);
-            }
-            call.lines.push(line.clone());
-            call.org_id.clone()
-        };
-        self.publish(
-            org,
-            LiveEvent::Transcript {
-                call_id: call_id.to_owned(),
-                line,
-            },
-        );
-    }
-
-    fn ended(&self, call_id: &str) {
-        let removed = self
-            .calls
-            .lock()
-            .expect("live call map lock is never poisoned")
-            .remove(call_id);
-        if let Some(call) = removed {
-            self.publish(
-                call.org_id,
-                LiveEvent::Ended {
-                    call_id: call_id.to_owned(),
-                },
-            );
-        }
-    }
 }
 
 impl Calls {
@@ -360,37 +173,4 @@ impl Calls {
             key_id: connector.client_id,
         })
     }
-}
-
-/// Signs an AudioHook upgrade request the way Genesys does: the six components of
-/// [`Policy::audiohook`], label `sig1`, HMAC-SHA256 keyed by the base64-decoded client secret.
-/// Returns the `Signature-Input` and `Signature` header values.
-pub fn sign_upgrade(
-    request: &RequestParts<'_>,
-    client_id: &str,
-    client_secret_b64: &str,
-    created: i64,
-) -> Result<(String, String), String> {
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(client_secret_b64.trim())
-        .map_err(|e| format!("the client secret is not base64: {e}"))?;
-    let nonce = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 18]>());
-    let components = Policy::audiohook()
-        .required
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let params = format!(
-        "({components});keyid=\"{client_id}\";nonce=\"{nonce}\";alg=\"hmac-sha256\";created={created};expires={}",
-        created + 30
-    );
-    let input_header = format!("sig1={params}");
-    let parsed = rfc9421::parse_input(&input_header, Some("sig1")).map_err(|e| e.to_string())?;
-    let base = rfc9421::signature_base(request, &parsed).map_err(|e| e.to_string())?;
-    use hmac::Mac;
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).expect("any key length");
-    mac.update(base.as_bytes());
-    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
-    Ok((input_header, format!("sig1=:{sig}:")))
 }

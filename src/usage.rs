@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use callstream_actors::usage::{Allowance, QuotaGate, UsageError, UsageKind};
+use callstream_actors::usage::{Account, Allowance, QuotaGate, UsageError, UsageKind};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{self, MonthPeriod};
@@ -166,19 +166,19 @@ impl QuotaGate for Quotas {
     }
 }
 
-/// Appends a usage event for `caller` and waits until it is durable. Runs the store write on
+/// Appends a usage event for `account` and waits until it is durable. Runs the store write on
 /// a blocking thread: it ends in an fsync.
 pub async fn record(
     store: Arc<dyn Store>,
-    caller: &crate::auth::Caller,
+    account: &Account,
     kind: UsageKind,
     amount: u64,
     source: callstream_actors::usage::UsageSource,
     end_user: Option<String>,
 ) -> Result<(), UsageError> {
     let event = callstream_actors::usage::UsageEvent {
-        org_id: caller.org.id.clone(),
-        key_id: caller.key.id.clone(),
+        org_id: account.org_id.clone(),
+        key_id: account.key_id.clone(),
         end_user,
         kind,
         amount,

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
+use callstream::auth::rfc9421::sign_audiohook;
 use callstream::auth::rfc9421::RequestParts;
-use callstream::calls::sign_upgrade;
 use callstream_actors::usage::{UsageKind, UsageSource};
 use common::upstream::{FakeUpstream, Reply};
 use common::{open_store, Env, Server};
@@ -98,7 +98,7 @@ fn signed(server: &Server, client_id: &str, secret: &str, created: i64) -> Vec<(
         authority: &authority,
         headers: &headers,
     };
-    let (input, signature) = sign_upgrade(&parts, client_id, secret, created).unwrap();
+    let (input, signature) = sign_audiohook(&parts, client_id, secret, created).unwrap();
     headers.push(("signature-input".to_owned(), input));
     headers.push(("signature".to_owned(), signature));
     headers

@@ -13,20 +13,11 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::usage::{
-    Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink, UsageSource,
+    Account, Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink, UsageSource,
 };
 
 /// Samples per millisecond of live-call audio (8 kHz).
 const SAMPLES_PER_MS: u64 = 8;
-
-/// Who a call bills.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Account {
-    /// The organisation.
-    pub org_id: String,
-    /// The connector's client id.
-    pub key_id: String,
-}
 
 /// Messages of the [`Billing`] actor.
 #[derive(Debug)]
@@ -407,10 +398,10 @@ mod tests {
         billing.stop(None);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_timer_flushes() {
         let ledger = Arc::new(Ledger::default());
-        let billing = start(ledger.clone(), Duration::from_millis(50)).await;
+        let billing = start(ledger.clone(), Duration::from_secs(30)).await;
         billing
             .cast(BillingMsg::Start {
                 call: "c".into(),
@@ -423,12 +414,21 @@ mod tests {
                 samples: 800,
             })
             .unwrap();
-        for _ in 0..100 {
-            if !ledger.events.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let check = || async {
+            // A Check is handled after any flush queued before it.
+            ractor::call!(billing, |reply| BillingMsg::Check {
+                org_id: "org_a".into(),
+                reply
+            })
+            .unwrap()
+            .unwrap()
+        };
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        check().await;
+        assert!(ledger.events.lock().unwrap().is_empty(), "not before 30 s");
+        // Just past the tick, so the flush is queued before the check.
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        check().await;
         assert_eq!(ledger.events.lock().unwrap()[0].amount, 100);
         billing.stop(None);
     }

@@ -10,4 +10,5 @@ pub mod audio;
 pub mod billing;
 pub mod call;
 pub mod protocol;
+pub mod transcript;
 pub mod usage;

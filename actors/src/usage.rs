@@ -52,6 +52,15 @@ pub enum UsageSource {
     Callstream,
 }
 
+/// Who pays for a piece of work: an organisation, and the API key or connector it came through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// The organisation.
+    pub org_id: String,
+    /// The API key id or connector client id.
+    pub key_id: String,
+}
+
 /// One billable fact, appended to the ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageEvent {

@@ -1,10 +1,10 @@
 //! The speech engine on the real model and the telephone fixtures: accuracy (WER), the
-//! hallucination guard and VAD on non-speech, and the worker pool's priorities and batching.
-//! Needs `scripts/setup.sh --test` (the model) and the committed fixtures.
+//! hallucination guard and VAD on non-speech, and a stereo recording through the pool. The
+//! pool's own rules are tested on the scripted engine in `pool.rs`. Needs
+//! `scripts/setup.sh --test` (the model) and the committed fixtures.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 
 use callstream_actors::asr::pool::{AsrPool, Job, PoolConfig};
 use callstream_actors::asr::wer::{wer, WerCount};
@@ -180,58 +180,6 @@ fn vad_finds_the_speech_in_every_speech_fixture() {
         );
         assert!(spoken <= length + 0.01);
     }
-}
-
-#[test]
-fn pool_serves_live_work_first_and_batches() {
-    let set = telephone_set();
-    let pool = pool(1, 4);
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let (done_tx, done_rx) = mpsc::channel();
-    let submit = |name: &'static str, path: &Path, live: bool| {
-        let (order, done_tx) = (order.clone(), done_tx.clone());
-        let job = Job {
-            audio: load(path, OUTPUT_RATE),
-            language: "en".into(),
-            reply: Box::new(move |r| {
-                r.unwrap();
-                order.lock().unwrap().push(name);
-                done_tx.send(()).unwrap();
-            }),
-        };
-        if live {
-            pool.submit_live(job).unwrap()
-        } else {
-            pool.submit_file(job).unwrap()
-        }
-    };
-    // The one worker takes the first file job; while it decodes, more file work and then live
-    // work queue up. The live job must be served before the waiting file jobs.
-    submit("file-0", &set[0].0, false);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    submit("file-1", &set[1].0, false);
-    submit("file-2", &set[2].0, false);
-    submit("live-0", &set[3].0, true);
-    for _ in 0..4 {
-        done_rx.recv().unwrap();
-    }
-    let order = order.lock().unwrap().clone();
-    assert_eq!(order[0], "file-0");
-    assert_eq!(order[1], "live-0", "{order:?}");
-    let snap = pool.snapshot();
-    assert_eq!(snap.utterances, 4);
-    assert!(
-        snap.batches <= 3,
-        "file-1 and file-2 share a batch: {snap:?}"
-    );
-    // A full live queue refuses at once instead of waiting.
-    assert!(pool
-        .submit_live(Job {
-            audio: vec![0.0; 16],
-            language: "xx".into(),
-            reply: Box::new(|_| {})
-        })
-        .is_ok());
 }
 
 #[test]

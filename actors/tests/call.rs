@@ -1,7 +1,12 @@
-//! The call actor tree on the real speech engine, without a socket: what the supervisor sends
-//! for a whole call, the call timeline with discarded audio, a failed child ending the call with
-//! 1011 and its usage written, and what happens when the speech workers fall behind. The
-//! ledger and the intent analysis are in-memory implementations of the engine's ports.
+//! The call actor tree without a socket, on the scripted speech engine and tokio's paused
+//! clock: what the supervisor sends for a whole call, the call timeline with discarded audio,
+//! failed children, the speech workers falling behind, the idle timeout and the quota running
+//! out mid-call. The ledger and the intent analysis are in-memory implementations of the
+//! engine's ports; the real Whisper model runs end to end in the service's `tests/callstream.rs`.
+//!
+//! Time: every test starts with the clock paused. Waiting for the call's next message happens on
+//! a blocking thread, during which tokio does not move the paused clock, so time passes only when
+//! a test sleeps: timers fire exactly when the test says.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -13,29 +18,28 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 
 use callstream_actors::asr::pool::{AsrPool, PoolConfig};
-use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
-use callstream_actors::asr::AsrEngine;
+use callstream_actors::asr::scripted::{Gate, ScriptedEngine};
 use callstream_actors::audio::decode::decode;
-use callstream_actors::audio::g711::encode_ulaw_into;
-use callstream_actors::billing::{Account, Billing, BillingArgs};
+use callstream_actors::audio::g711::{encode_ulaw_into, ULAW};
+use callstream_actors::audio::vad::{Segmenter, VadConfig};
+use callstream_actors::billing::{Billing, BillingArgs};
 use callstream_actors::call::{
-    CallArgs, CallMsg, CallSettings, CallSupervisor, IntentClassifier, IntentFuture, LiveStats,
-    Outbound,
+    CallArgs, CallEnd, CallMsg, CallSettings, CallSupervisor, Child, DisconnectReason,
+    IntentClassifier, IntentFuture, LiveStats, Outbound, QUOTA_INFO,
 };
 use callstream_actors::usage::{
-    Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink,
+    Account, Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink,
 };
+
+/// Bytes of one frame: 200 ms of stereo PCMU.
+const FRAME_BYTES: usize = 3200;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn pool(workers: usize, live_queue: usize) -> Arc<AsrPool> {
-    let dir = root().join("models/whisper-tiny.en");
-    assert!(
-        dir.join("model.bin").exists(),
-        "run scripts/setup.sh --test first"
-    );
+fn pool(engine: &ScriptedEngine, workers: usize, live_queue: usize) -> Arc<AsrPool> {
+    let engine = engine.clone();
     Arc::new(
         AsrPool::start(
             PoolConfig {
@@ -43,37 +47,67 @@ fn pool(workers: usize, live_queue: usize) -> Arc<AsrPool> {
                 live_queue,
                 ..PoolConfig::default()
             },
-            move |_| {
-                Ok(
-                    Box::new(WhisperEngine::load(&dir, WhisperSettings::default())?)
-                        as Box<dyn AsrEngine>,
-                )
-            },
+            move |_| Ok(engine.boxed()),
         )
         .unwrap(),
     )
 }
 
-/// The Genesys call as interleaved PCMU bytes, and its samples per channel.
-fn genesys_pcmu() -> (Vec<u8>, usize) {
+/// The Genesys call: interleaved PCMU bytes, and its 8 kHz samples per channel.
+fn genesys() -> (Vec<u8>, Vec<Vec<i16>>) {
     let bytes =
         std::fs::read(root().join("fixtures/genesys-test-transcript-connector.wav")).unwrap();
     let audio = decode(bytes, Some("wav"), 8000).unwrap();
-    let n = audio.channels[0].len();
-    let mut pcm = Vec::with_capacity(2 * n);
-    for i in 0..n {
-        for c in &audio.channels {
-            pcm.push((c[i] * 32768.0).round().clamp(-32768.0, 32767.0) as i16);
-        }
-    }
+    let channels: Vec<Vec<i16>> = audio
+        .channels
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|v| (v * 32768.0).round().clamp(-32768.0, 32767.0) as i16)
+                .collect()
+        })
+        .collect();
+    let n = channels[0].len();
+    let pcm: Vec<i16> = (0..n)
+        .flat_map(|i| channels.iter().map(move |c| c[i]))
+        .collect();
     let mut out = vec![0u8; pcm.len()];
     encode_ulaw_into(&pcm, &mut out);
-    (out, n)
+    // What the call hears is the mu-law audio: decode it back for the expectations.
+    let heard = channels
+        .iter()
+        .enumerate()
+        .map(|(c, _)| (0..n).map(|i| ULAW[usize::from(out[2 * i + c])]).collect())
+        .collect();
+    (out, heard)
 }
 
-#[derive(Default)]
+/// The utterances (start sample, samples) the VAD cuts from `samples` streamed frame by frame.
+fn utterances(samples: &[i16]) -> Vec<(u64, usize)> {
+    let mut found = Vec::new();
+    let mut seg = Segmenter::new(VadConfig::default());
+    let mut push =
+        |u: callstream_actors::audio::vad::Utterance| found.push((u.start, u.samples.len()));
+    for block in samples.chunks(FRAME_BYTES / 2) {
+        seg.push(block, &mut push);
+    }
+    seg.finish(&mut push);
+    found
+}
+
+/// The ledger and the quota, in memory.
 struct Ledger {
     events: Mutex<Vec<UsageEvent>>,
+    allowance: Mutex<Allowance>,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Self {
+            events: Mutex::default(),
+            allowance: Mutex::new(Allowance::Unlimited),
+        }
+    }
 }
 
 impl UsageSink for Ledger {
@@ -85,7 +119,7 @@ impl UsageSink for Ledger {
 
 impl QuotaGate for Ledger {
     fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
-        Ok(Allowance::Unlimited)
+        Ok(*self.allowance.lock().unwrap())
     }
 }
 
@@ -109,7 +143,7 @@ impl IntentClassifier for LineCount {
 
 struct Call {
     supervisor: ActorRef<CallMsg>,
-    out: mpsc::Receiver<Outbound>,
+    out: Arc<Mutex<std::sync::mpsc::Receiver<Outbound>>>,
     credits: Arc<Semaphore>,
     ledger: Arc<Ledger>,
     stats: Arc<LiveStats>,
@@ -131,7 +165,16 @@ impl Call {
         )
         .await
         .unwrap();
-        let (tx, out) = mpsc::channel(64);
+        let (tx, mut rx) = mpsc::channel(64);
+        // The test reads on a blocking thread (see the module docs).
+        let (sync_tx, sync_rx) = std::sync::mpsc::channel();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if sync_tx.send(m).is_err() {
+                    break;
+                }
+            }
+        });
         let stats = Arc::new(LiveStats::default());
         let args = CallArgs {
             // Children are registered under the call id: unique per call.
@@ -143,7 +186,7 @@ impl Call {
             },
             outbound: tx,
             pool,
-            billing: billing.clone(),
+            billing,
             classifier: Arc::new(LineCount),
             settings,
             stats: stats.clone(),
@@ -152,7 +195,7 @@ impl Call {
         let (supervisor, _) = Actor::spawn(None, CallSupervisor, args).await.unwrap();
         Self {
             supervisor,
-            out,
+            out: Arc::new(Mutex::new(sync_rx)),
             credits: Arc::new(Semaphore::new(16)),
             ledger,
             stats,
@@ -175,7 +218,7 @@ impl Call {
     }
 
     async fn audio(&mut self, bytes: &[u8]) {
-        for frame in bytes.chunks(3200) {
+        for frame in bytes.chunks(FRAME_BYTES) {
             let credit = self.credit().await;
             self.supervisor
                 .cast(CallMsg::Audio(frame.to_vec(), credit))
@@ -193,34 +236,65 @@ impl Call {
                 "language":"en-US"}),
         )
         .await;
-        let opened = self.next().await;
-        assert_eq!(opened, Outbound::Text(opened_text(&opened)), "{opened:?}");
+        let opened = self.message().await;
+        assert_eq!(opened["type"], "opened", "{opened}");
     }
 
+    /// The call's next output. Waits on a blocking thread, so the paused clock stands still.
     async fn next(&mut self) -> Outbound {
-        tokio::time::timeout(Duration::from_secs(120), self.out.recv())
-            .await
-            .expect("the call answers")
-            .expect("the call is alive")
+        let out = self.out.clone();
+        tokio::task::spawn_blocking(move || {
+            out.lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the call answers within a minute of real time")
+        })
+        .await
+        .unwrap()
+    }
+
+    /// The next output, which must be a text message.
+    async fn message(&mut self) -> Value {
+        match self.next().await {
+            Outbound::Text(t) => serde_json::from_str(&t).unwrap(),
+            close => panic!("expected a message, got {close:?}"),
+        }
     }
 
     /// Everything until the socket is closed.
-    async fn rest(&mut self) -> (Vec<Value>, (u16, String)) {
+    async fn rest(&mut self) -> (Vec<Value>, CallEnd) {
         let mut messages = Vec::new();
         loop {
             match self.next().await {
                 Outbound::Text(t) => messages.push(serde_json::from_str(&t).unwrap()),
-                Outbound::Close(code, reason) => return (messages, (code, reason)),
+                Outbound::Close(end) => return (messages, end),
+            }
+        }
+    }
+
+    /// Waits until the supervisor has handled everything sent so far (it answers a ping).
+    async fn sync(&mut self) {
+        self.text("ping", json!({})).await;
+        loop {
+            if self.message().await["type"] == "pong" {
+                return;
             }
         }
     }
 }
 
-fn opened_text(o: &Outbound) -> String {
-    match o {
-        Outbound::Text(t) if t.contains("\"opened\"") => t.clone(),
-        other => panic!("expected opened, got {other:?}"),
-    }
+/// Waits until `done` holds, polling on a blocking thread (so the paused clock stands still)
+/// for at most a minute of real time.
+async fn until(done: impl Fn() -> bool + Send + 'static) {
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "timed out waiting");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+    .await
+    .unwrap();
 }
 
 fn secs(v: &Value) -> f64 {
@@ -228,45 +302,62 @@ fn secs(v: &Value) -> f64 {
     s[2..s.len() - 1].parse().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_whole_call_with_discarded_audio_on_the_timeline() {
-    let (pcmu, samples) = genesys_pcmu();
-    let mut call = Call::start(pool(2, 64), CallSettings::default()).await;
+fn transcript_data(event: &Value) -> &Value {
+    &event["parameters"]["entities"][0]["data"]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_call_transcribes_every_utterance_on_the_call_timeline() {
+    let (pcmu, heard) = genesys();
+    let engine = ScriptedEngine::default();
+    let mut call = Call::start(pool(&engine, 2, 64), CallSettings::default()).await;
     call.open().await;
     // The client skipped 5 s before its first frame: every offset moves by 5 s.
     call.text("discarded", json!({"start":"PT0S","discarded":"PT5S"}))
         .await;
     call.audio(&pcmu).await;
     call.text("close", json!({"reason":"end"})).await;
-    let (messages, close) = call.rest().await;
-    assert_eq!(close, (1000, String::new()));
+    let (messages, end) = call.rest().await;
+    assert_eq!(end, CallEnd::Closed);
     assert_eq!(messages.last().unwrap()["type"], "closed");
     let events: Vec<&Value> = messages.iter().filter(|m| m["type"] == "event").collect();
-    let first = &events[0]["parameters"]["entities"][0]["data"];
-    assert!(secs(&first["offset"]) >= 5.0, "{first}");
-    let channels: Vec<u64> = events
-        .iter()
-        .map(|e| {
-            e["parameters"]["entities"][0]["data"]["channelId"]
-                .as_u64()
+    for (channel, samples) in heard.iter().enumerate() {
+        let expected = utterances(samples);
+        let got: Vec<&Value> = events
+            .iter()
+            .map(|e| transcript_data(e))
+            .filter(|d| d["channelId"] == channel)
+            .collect();
+        // One final transcript per utterance, in the order spoken, each within its utterance.
+        assert_eq!(got.len(), expected.len(), "channel {channel}");
+        for (data, (start, len)) in got.iter().zip(&expected) {
+            let from = 5.0 + *start as f64 / 8000.0;
+            let to = from + *len as f64 / 8000.0;
+            let offset = secs(&data["offset"]);
+            let end = offset + secs(&data["duration"]);
+            assert!(
+                offset >= from - 1e-3 && end <= to + 1e-3,
+                "channel {channel}: {offset}..{end} outside {from}..{to}"
+            );
+            assert!(data["alternatives"][0]["interpretations"][0]["transcript"]
+                .as_str()
                 .unwrap()
-        })
-        .collect();
-    assert!(channels.contains(&0) && channels.contains(&1));
-    let last = &events.last().unwrap()["parameters"]["entities"][0]["data"];
-    assert!(secs(&last["offset"]) + secs(&last["duration"]) <= 5.0 + 70.9);
-    assert_eq!(call.ledger.billed_ms(), samples as u64 / 8);
+                .starts_with("speech "));
+        }
+    }
+    assert_eq!(engine.decoded() as usize, events.len());
+    assert_eq!(call.ledger.billed_ms(), heard[0].len() as u64 / 8);
     assert_eq!(call.stats.utterances_dropped.load(Ordering::Relaxed), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_child_ends_the_call_with_1011_and_its_usage_is_written() {
-    let (pcmu, _) = genesys_pcmu();
-    let mut call = Call::start(pool(1, 64), CallSettings::default()).await;
+#[tokio::test(start_paused = true)]
+async fn failed_children_restart_the_intent_actor_or_end_the_call_with_its_usage_written() {
+    let (pcmu, _) = genesys();
+    let engine = ScriptedEngine::default();
+    let mut call = Call::start(pool(&engine, 1, 64), CallSettings::default()).await;
     call.open().await;
-    call.audio(&pcmu[..16_000 * 2]).await; // 2 s of stereo audio
-                                           // Let the frames reach the transcribers, then stop one of them.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    call.audio(&pcmu[..FRAME_BYTES * 10]).await; // 2 s of stereo audio
+    call.sync().await;
     let children = call.supervisor.get_children();
     assert_eq!(
         children.len(),
@@ -276,62 +367,119 @@ async fn a_failed_child_ends_the_call_with_1011_and_its_usage_is_written() {
     // The intent actor is started again; the call goes on and says the run was lost.
     let intent = children.iter().find(|c| c.get_name().is_none()).unwrap();
     intent.kill();
-    call.text("ping", json!({})).await;
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        match call.next().await {
-            Outbound::Text(t) => {
-                let v: Value = serde_json::from_str(&t).unwrap();
-                if v["type"] != "event" {
-                    seen.push(v);
-                }
-            }
-            close => panic!("the call ended: {close:?}"),
+    let lost = loop {
+        let m = call.message().await;
+        if m["type"] == "intent_update" {
+            break m;
         }
-    }
-    let kinds: Vec<&Value> = seen.iter().map(|v| &v["type"]).collect();
-    assert!(
-        kinds.contains(&&json!("pong")) && kinds.contains(&&json!("intent_update")),
-        "{seen:?}"
-    );
+    };
+    assert_eq!(lost["parameters"]["error"], "intent analysis failed");
+    // The new actor is given the transcript so far and answers the next analyze.
+    call.text("analyze", json!({})).await;
+    let update = loop {
+        let m = call.message().await;
+        if m["type"] == "intent_update" {
+            break m;
+        }
+    };
+    assert!(update["parameters"]["intent"]["lines"].is_u64(), "{update}");
     // A transcriber that dies ends the call.
     let transcriber = children
         .iter()
         .find(|c| c.get_name().is_some_and(|n| n.ends_with(":transcriber:1")))
         .unwrap();
     transcriber.kill();
-    loop {
-        match call.next().await {
-            Outbound::Close(code, reason) => {
-                assert_eq!((code, reason.as_str()), (1011, "internal error"));
-                break;
-            }
-            Outbound::Text(_) => {}
-        }
-    }
+    let (_, end) = call.rest().await;
+    assert_eq!(end, CallEnd::ChildFailed(Child::Transcriber(1)));
     assert_eq!(call.ledger.billed_ms(), 2000);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_the_speech_workers_fall_behind_utterances_are_held_then_dropped_and_counted() {
-    let (pcmu, _) = genesys_pcmu();
-    // One worker, a live queue of one, and no hold: a whole call sent at once overruns it.
+#[tokio::test(start_paused = true)]
+async fn when_the_speech_workers_fall_behind_utterances_are_dropped_and_counted() {
+    let (pcmu, heard) = genesys();
+    let gate = Gate::closed();
+    let engine = ScriptedEngine::default().with_gate(gate.clone());
+    // One stuck worker, a live queue of one, and no hold: a whole call overruns it.
     let settings = CallSettings {
         max_held_utterances: 0,
         ..CallSettings::default()
     };
-    let mut call = Call::start(pool(1, 1), settings).await;
+    let mut call = Call::start(pool(&engine, 1, 1), settings).await;
     call.open().await;
     call.audio(&pcmu).await;
     call.text("close", json!({"reason":"end"})).await;
-    let (messages, close) = call.rest().await;
-    assert_eq!(close, (1000, String::new()));
+    let total: usize = heard.iter().map(|c| utterances(c).len()).sum();
+    assert!(total > 2);
+    // The worker holds one utterance at the gate and the live queue one more; every other
+    // utterance is dropped as it is cut.
+    let stats = call.stats.clone();
+    until(move || stats.utterances_dropped.load(Ordering::Relaxed) as usize == total - 2).await;
+    gate.open();
+    let (messages, end) = call.rest().await;
+    assert_eq!(end, CallEnd::Closed);
     assert_eq!(messages.last().unwrap()["type"], "closed");
-    let dropped = call.stats.utterances_dropped.load(Ordering::Relaxed);
     let sent = messages.iter().filter(|m| m["type"] == "event").count();
-    assert!(dropped > 0, "nothing dropped; {sent} transcripts");
-    assert!(
-        sent > 0,
-        "the call still gets the utterances the workers took"
+    assert_eq!(sent, 2, "the call still gets what the workers took");
+    assert_eq!(
+        call.stats.utterances_dropped.load(Ordering::Relaxed) as usize,
+        total - 2
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_client_is_ended_after_the_idle_timeout() {
+    let engine = ScriptedEngine::default();
+    let settings = CallSettings {
+        idle_timeout: Duration::from_secs(30),
+        ..CallSettings::default()
+    };
+    let mut call = Call::start(pool(&engine, 1, 8), settings).await;
+    call.open().await;
+    call.audio(&[0xFF; FRAME_BYTES]).await;
+    call.sync().await;
+    // 29 s of silence is not enough...
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    call.sync().await;
+    // ...and a ping restarts the count: 29 s more, and the call is still there.
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    call.sync().await;
+    // The silence is noticed at the next check (every quarter of the timeout).
+    tokio::time::sleep(Duration::from_secs(30 + 8)).await;
+    let (_, end) = call.rest().await;
+    assert_eq!(end, CallEnd::IdleTimeout);
+    assert_eq!(call.ledger.billed_ms(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_running_out_mid_call_disconnects_and_the_call_ends_with_or_without_close() {
+    for client_answers in [true, false] {
+        let engine = ScriptedEngine::default();
+        let mut call = Call::start(pool(&engine, 1, 8), CallSettings::default()).await;
+        call.open().await;
+        call.audio(&[0xFF; FRAME_BYTES * 5]).await;
+        call.sync().await;
+        *call.ledger.allowance.lock().unwrap() = Allowance::Remaining(0);
+        // The next quota check is 30 s after the open.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let disconnect = loop {
+            let m = call.message().await;
+            if m["type"] == "disconnect" {
+                break m;
+            }
+        };
+        assert_eq!(disconnect["parameters"]["reason"], "error");
+        assert_eq!(disconnect["parameters"]["info"], QUOTA_INFO);
+        if client_answers {
+            call.text("close", json!({"reason":"disconnect"})).await;
+            let (messages, end) = call.rest().await;
+            assert_eq!(messages.last().unwrap()["type"], "closed");
+            assert_eq!(end, CallEnd::Disconnected(DisconnectReason::QuotaExhausted));
+        } else {
+            // No close within the grace period: the call ends anyway.
+            tokio::time::sleep(CallSettings::default().disconnect_grace).await;
+            let (_, end) = call.rest().await;
+            assert_eq!(end, CallEnd::Disconnected(DisconnectReason::QuotaExhausted));
+        }
+        assert_eq!(call.ledger.billed_ms(), 1000);
+    }
 }

@@ -493,9 +493,9 @@ impl AdminClient {
     /// Opens the data directory of `config`, or finds the server that holds it.
     pub fn connect(config: Arc<Config>) -> Result<Self, AdminError> {
         let data_dir = config.storage.data_dir.clone();
-        match crate::app::open_store(&config) {
+        match crate::store::open(&config.storage) {
             Ok(store) => Ok(AdminClient::Direct(Admin::new(config, store))),
-            Err(crate::app::OpenError::Store(StoreError::Locked(_))) => {
+            Err(crate::store::OpenError::Store(StoreError::Locked(_))) => {
                 Ok(AdminClient::Socket(socket::socket_path(&data_dir)))
             }
             Err(e) => Err(AdminError::Store(e.to_string())),

@@ -7,11 +7,12 @@ pub mod keys;
 pub mod password;
 pub mod ratelimit;
 pub mod rfc9421;
+pub mod sessions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use callstream_actors::usage::{Allowance, UsageError, UsageKind};
+use callstream_actors::usage::{Account, Allowance, UsageError, UsageKind};
 
 use crate::config::{Config, Plan};
 use crate::store::{ApiKey, Org, Store, StoreError};
@@ -27,6 +28,16 @@ pub struct Caller {
     pub key: ApiKey,
     /// The organisation's plan.
     pub plan: Plan,
+}
+
+impl Caller {
+    /// Who pays for what this caller asks.
+    pub fn account(&self) -> Account {
+        Account {
+            org_id: self.org.id.clone(),
+            key_id: self.key.id.clone(),
+        }
+    }
 }
 
 /// Why a request is refused before it does any work.

@@ -1,5 +1,6 @@
 //! HTTP Message Signatures (RFC 9421) with HMAC-SHA256, as AudioHook signs its WebSocket
-//! upgrade requests. Sans-IO: the request's parts and the clock come in as arguments.
+//! upgrade requests: verification for the server, signing for the call client. Sans-IO: the
+//! request's parts, the clock and the nonce come in as arguments.
 //!
 //! Verification, in order: both headers parse (RFC 8941 dictionaries); the label signs the
 //! components the policy requires; `alg` is absent or `hmac-sha256`; `keyid` is the key the
@@ -282,15 +283,79 @@ pub fn verify(
     }
     let base = signature_base(request, &input)?;
     let given = parse_signature(signature, &input.label)?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(base.as_bytes());
-    mac.verify_slice(&given)
+    mac(key, &base)
+        .verify_slice(&given)
         .map_err(|_| SignatureError::Mismatch)?;
     Ok(Verified {
         keyid: input.params.get("keyid").cloned(),
         nonce,
         created,
     })
+}
+
+fn mac(key: &[u8], base: &str) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(base.as_bytes());
+    mac
+}
+
+/// What a signer puts in the signature parameters.
+#[derive(Debug, Clone)]
+pub struct SignParams<'a> {
+    /// The key id (the connector's client id).
+    pub keyid: &'a str,
+    /// A fresh random nonce.
+    pub nonce: &'a str,
+    /// Unix seconds.
+    pub created: i64,
+    /// Unix seconds.
+    pub expires: i64,
+}
+
+/// Signs `request` as Genesys AudioHook does: the components of [`Policy::audiohook`], label
+/// `sig1`, parameters `keyid`, `nonce`, `alg`, `created`, `expires` in that order,
+/// HMAC-SHA256 keyed by `key`. Returns the `Signature-Input` and `Signature` header values.
+pub fn sign(
+    request: &RequestParts<'_>,
+    params: &SignParams<'_>,
+    key: &[u8],
+) -> Result<(String, String), SignatureError> {
+    let components = Policy::audiohook()
+        .required
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let input_header = format!(
+        "sig1=({components});keyid=\"{}\";nonce=\"{}\";alg=\"hmac-sha256\";created={};expires={}",
+        params.keyid, params.nonce, params.created, params.expires
+    );
+    let input = parse_input(&input_header, Some("sig1"))?;
+    let base = signature_base(request, &input)?;
+    let signature =
+        base64::engine::general_purpose::STANDARD.encode(mac(key, &base).finalize().into_bytes());
+    Ok((input_header, format!("sig1=:{signature}:")))
+}
+
+/// Signs an AudioHook upgrade request with a connector's base64 client secret, a random nonce
+/// and a 30 s validity from `created`.
+pub fn sign_audiohook(
+    request: &RequestParts<'_>,
+    client_id: &str,
+    client_secret_b64: &str,
+    created: i64,
+) -> Result<(String, String), String> {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(client_secret_b64.trim())
+        .map_err(|e| format!("the client secret is not base64: {e}"))?;
+    let nonce = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 18]>());
+    let params = SignParams {
+        keyid: client_id,
+        nonce: &nonce,
+        created,
+        expires: created + 30,
+    };
+    sign(request, &params, &key).map_err(|e| e.to_string())
 }
 
 /// Remembers `(keyid, nonce)` pairs for the signature window so a captured upgrade request
@@ -361,6 +426,34 @@ mod tests {
             .to_owned()
     }
 
+    /// The GET upgrade request of a Genesys vector, owned.
+    struct Owned {
+        headers: Vec<(String, String)>,
+        host: String,
+        target: String,
+    }
+
+    impl Owned {
+        fn of(v: &Value) -> Self {
+            let headers = headers(v);
+            let host = headers.iter().find(|(k, _)| k == "Host").unwrap().1.clone();
+            Self {
+                target: target(v),
+                host,
+                headers,
+            }
+        }
+
+        fn parts(&self) -> RequestParts<'_> {
+            RequestParts {
+                method: "GET",
+                target: &self.target,
+                authority: &self.host,
+                headers: &self.headers,
+            }
+        }
+    }
+
     #[test]
     fn rfc_9421_b_2_5() {
         let v = &vectors()[0];
@@ -402,17 +495,44 @@ mod tests {
     }
 
     #[test]
+    fn signing_reproduces_the_genesys_example_and_verifies() {
+        let v = &vectors()[1];
+        let owned = Owned::of(v);
+        let req = owned.parts();
+        let expected = parse_input(v["signature_input"].as_str().unwrap(), None).unwrap();
+        let int = |k: &str| expected.params[k].parse::<i64>().unwrap();
+        let params = SignParams {
+            keyid: &expected.params["keyid"],
+            nonce: &expected.params["nonce"],
+            created: int("created"),
+            expires: int("expires"),
+        };
+        let (input, signature) = sign(&req, &params, &key(v)).unwrap();
+        assert_eq!(input, v["signature_input"].as_str().unwrap());
+        assert_eq!(signature, v["signature"].as_str().unwrap());
+
+        // A fresh signature with a random nonce verifies under the AudioHook policy.
+        let secret = v["key_base64"].as_str().unwrap();
+        let (input, signature) = sign_audiohook(&req, params.keyid, secret, 1_700_000_000).unwrap();
+        let verified = verify(
+            &req,
+            &input,
+            &signature,
+            &key(v),
+            Some(params.keyid),
+            1_700_000_001,
+            &Policy::audiohook(),
+        )
+        .unwrap();
+        assert_eq!(verified.created, Some(1_700_000_000));
+        assert!(sign_audiohook(&req, params.keyid, "not base64!", 0).is_err());
+    }
+
+    #[test]
     fn genesys_documentation_example_and_live_capture() {
         for (i, v) in vectors().iter().enumerate().skip(1) {
-            let headers = headers(v);
-            let host = headers.iter().find(|(k, _)| k == "Host").unwrap().1.clone();
-            let target = target(v);
-            let req = RequestParts {
-                method: "GET",
-                target: &target,
-                authority: &host,
-                headers: &headers,
-            };
+            let owned = Owned::of(v);
+            let req = owned.parts();
             let input = parse_input(v["signature_input"].as_str().unwrap(), None).unwrap();
             if let Some(base) = v["signature_base"].as_str() {
                 assert_eq!(signature_base(&req, &input).unwrap(), base);
@@ -483,7 +603,7 @@ mod tests {
                 ),
                 Err(SignatureError::KeyId)
             );
-            let mut tampered = headers.clone();
+            let mut tampered = owned.headers.clone();
             tampered
                 .iter_mut()
                 .find(|(k, _)| k == "Audiohook-Session-Id")

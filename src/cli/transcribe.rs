@@ -1,13 +1,15 @@
 //! `callstream transcribe FILE`: transcribes a file on this machine with the configured engine
-//! and prints the transcript with timestamped segments.
+//! (the same use case as `POST /api/transcribe`, [`callstream::files::transcribe`]) and prints
+//! the transcript with timestamped segments; with `--url`, uploads it to a server instead.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use callstream::config::Config;
-use callstream_actors::asr::file::{transcribe_channels, FileSegment};
-use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
+use callstream::files::{Analyses, FileEngines, FileRequest};
+use callstream_actors::asr::model_languages;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `transcribe`.
@@ -24,21 +26,22 @@ pub struct TranscribeArgs {
     /// API key for --url.
     #[arg(long, env = "CALLSTREAM_API_KEY", hide_env_values = true)]
     key: Option<String>,
-    /// With --url: also extract a BANT record.
-    #[arg(long, requires = "url")]
+    /// Also classify the customer's intent (always done with --url).
+    #[arg(long)]
+    intent: bool,
+    /// Also extract a BANT record.
+    #[arg(long)]
     bant: bool,
-    /// With --url: also extract a NEAT-P record.
-    #[arg(long, requires = "url")]
+    /// Also extract a NEAT-P record.
+    #[arg(long)]
     neat: bool,
 }
 
 #[derive(serde::Serialize)]
-struct Output<'a> {
+struct Output {
     file: String,
-    duration: f64,
-    channels: usize,
-    text: String,
-    segments: &'a [FileSegment],
+    #[serde(flatten)]
+    transcript: callstream::files::FileTranscript,
 }
 
 /// Runs `transcribe`.
@@ -48,13 +51,29 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
     }
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let ext = args
+    let extension = args
         .file
         .extension()
         .map(|e| e.to_string_lossy().to_lowercase());
-    let audio = decode(bytes, ext.as_deref(), OUTPUT_RATE)
-        .with_context(|| format!("{}", args.file.display()))?;
-    let pool = callstream::speech::start_pool(config, None)?;
+    let analyses = Analyses {
+        intent: args.intent,
+        bant: args.bant,
+        neat_p: args.neat,
+    };
+    // The language model is loaded only when an analysis asks for it.
+    let llm = if analyses == Analyses::default() {
+        None
+    } else {
+        Some(callstream::llm::build_provider(config)?)
+    };
+    let engines = FileEngines {
+        pool: Arc::new(callstream::speech::start_pool(config, None)?),
+        languages: Arc::new(model_languages(&config.models.whisper)?),
+        vad: config.vad.config(),
+        channel_roles: config.transcribe.channel_roles.clone(),
+        llm,
+    };
+    let workers = engines.pool.workers();
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template(
             "{spinner} {msg} [{bar:30}] {pos}/{len} utterances, {elapsed}",
@@ -62,38 +81,42 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
         .expect("the template is valid")
         .progress_chars("=> "),
     );
-    bar.set_message(format!("{:.0} s of audio", audio.duration_secs()));
-    let started = Instant::now();
-    let segments = transcribe_channels(
-        &pool,
-        &audio.channels,
-        &args.language,
-        config.vad.config(),
-        &mut |done, total| {
+    bar.set_message("transcribing");
+    let progress = {
+        let bar = bar.clone();
+        Box::new(move |done: usize, total: usize| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
-        },
-    )?;
+        })
+    };
+    let request = FileRequest {
+        bytes,
+        extension,
+        language: args.language.clone(),
+        analyses,
+    };
+    let started = Instant::now();
+    let runtime = tokio::runtime::Runtime::new()?;
+    let transcript = runtime
+        .block_on(callstream::files::transcribe(
+            &engines,
+            request,
+            None,
+            Some(progress),
+        ))
+        .with_context(|| format!("{}", args.file.display()))?;
     bar.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
-    let text = segments
-        .iter()
-        .map(|s| s.text.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
     if json {
         let out = Output {
             file: args.file.display().to_string(),
-            duration: audio.duration_secs(),
-            channels: audio.channels.len(),
-            text,
-            segments: &segments,
+            transcript,
         };
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    for s in &segments {
-        let channel = if audio.channels.len() > 1 {
+    for s in &transcript.segments {
+        let channel = if transcript.channels > 1 {
             format!("ch{}  ", s.channel)
         } else {
             String::new()
@@ -105,14 +128,28 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
             s.text
         );
     }
+    print_analyses(&serde_json::to_value(&transcript)?)?;
     eprintln!(
         "{} segments from {:.1} s of audio in {:.1} s ({:.2}x real time, {} workers)",
-        segments.len(),
-        audio.duration_secs(),
+        transcript.segments.len(),
+        transcript.duration,
         elapsed,
-        audio.duration_secs() / elapsed.max(1e-9),
-        pool.workers()
+        transcript.duration / elapsed.max(1e-9),
+        workers
     );
+    Ok(())
+}
+
+/// Prints the intent, BANT and NEAT-P records of a transcription response, where present.
+fn print_analyses(response: &serde_json::Value) -> anyhow::Result<()> {
+    if let Some(intent) = response.get("intent") {
+        println!("intent: {intent}");
+    }
+    for record in ["bant", "neat_p"] {
+        if let Some(r) = response.get(record) {
+            println!("{record}: {}", serde_json::to_string_pretty(r)?);
+        }
+    }
     Ok(())
 }
 
@@ -199,11 +236,5 @@ fn remote(url: &str, args: TranscribeArgs, json: bool) -> anyhow::Result<()> {
             s["text"].as_str().unwrap_or("")
         );
     }
-    println!("intent: {}", response["intent"]);
-    for record in ["bant", "neat_p"] {
-        if let Some(r) = response.get(record) {
-            println!("{record}: {}", serde_json::to_string_pretty(r)?);
-        }
-    }
-    Ok(())
+    print_analyses(&response)
 }

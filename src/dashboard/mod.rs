@@ -21,7 +21,6 @@ pub mod pages;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -31,6 +30,7 @@ use warp::{Filter, Rejection, Reply};
 
 use crate::admin::{AdminError, AdminRequest, AdminResponse};
 use crate::app::App;
+use crate::auth::sessions::{token, Session, SESSION_MS};
 use crate::clock;
 use crate::store::McpIntegration;
 
@@ -38,67 +38,8 @@ use crate::store::McpIntegration;
 const SESSION_COOKIE: &str = "cs_session";
 /// Name of the pre-session cookie that binds the sign-in form's CSRF token.
 const LOGIN_COOKIE: &str = "cs_login";
-/// How long a session lasts.
-const SESSION_MS: i64 = 12 * 3600 * 1000;
 /// Largest form body.
 const MAX_FORM: u64 = 64 * 1024;
-
-/// A signed-in administrator.
-#[derive(Debug, Clone)]
-pub struct Session {
-    /// Sign-in name.
-    pub email: String,
-    /// The organisation they administer.
-    pub org_id: String,
-    /// The token every form must carry.
-    pub csrf: String,
-    expires_ms: i64,
-}
-
-/// Sessions in progress.
-#[derive(Debug, Default)]
-pub struct Sessions {
-    // A std Mutex: a map lookup per request, never held across an await.
-    map: Mutex<HashMap<String, Session>>,
-}
-
-fn token() -> String {
-    crate::auth::keys::hex(&rand::random::<[u8; 32]>())
-}
-
-impl Sessions {
-    fn start(&self, email: String, org_id: String) -> (String, Session) {
-        let session = Session {
-            email,
-            org_id,
-            csrf: token(),
-            expires_ms: clock::now_ms() + SESSION_MS,
-        };
-        let id = token();
-        let mut map = self.map.lock().expect("session lock is never poisoned");
-        let now = clock::now_ms();
-        map.retain(|_, s| s.expires_ms > now);
-        map.insert(id.clone(), session.clone());
-        (id, session)
-    }
-
-    fn get(&self, id: Option<&str>) -> Option<Session> {
-        let id = id?;
-        let map = self.map.lock().expect("session lock is never poisoned");
-        map.get(id)
-            .filter(|s| s.expires_ms > clock::now_ms())
-            .cloned()
-    }
-
-    fn end(&self, id: Option<&str>) {
-        if let Some(id) = id {
-            self.map
-                .lock()
-                .expect("session lock is never poisoned")
-                .remove(id);
-        }
-    }
-}
 
 /// What a request brings: its cookies and whether it came over TLS.
 #[derive(Debug, Clone)]
@@ -647,7 +588,7 @@ fn live_feed(app: &App, s: Session) -> Response<Body> {
 }
 
 fn tokio_stream_of(
-    rx: tokio::sync::broadcast::Receiver<(String, crate::calls::LiveEvent)>,
+    rx: tokio::sync::broadcast::Receiver<(String, crate::live::LiveEvent)>,
     org_id: String,
 ) -> impl futures_util::Stream<Item = Result<String, Infallible>> {
     futures_util::stream::unfold((rx, org_id), |(mut rx, org_id)| async move {

@@ -6,7 +6,7 @@ use warp::hyper::Body;
 
 use super::{Notice, Session};
 use crate::admin::{ConnectorView, KeyView};
-use crate::calls::LiveCall;
+use crate::live::LiveCall;
 use crate::store::Org;
 use crate::usage::UsageReport;
 use callstream_actors::usage::UsageKind;

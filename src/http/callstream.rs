@@ -1,13 +1,14 @@
 //! `WSS /api/callstream/ws`: live calls from Genesys Cloud over AudioHook v2.
 //!
 //! The upgrade request is authenticated here (connector client id in `X-API-Key`, RFC 9421
-//! signature keyed by its client secret); any failure closes the socket with 4401 before a
-//! protocol message. An authenticated socket gets a [`CallSupervisor`] that runs the protocol
+//! signature keyed by its client secret); any failure closes the socket as
+//! [`SocketClose::CallRefused`] before a protocol message. An authenticated socket gets a [`CallSupervisor`] that runs the protocol
 //! and the call's actors. This module only moves frames: the socket's reader hands each frame
 //! to the supervisor with a credit from a bounded pool (so a call that cannot keep up stops
 //! being read, and TCP pushes back on the client), and its writer sends what the supervisor
-//! queues. If the supervisor dies without closing the socket, the writer closes it with 1011
-//! and the call's usage is written here.
+//! queues. If the supervisor dies without closing the socket, the writer closes it as
+//! [`CallEnd::Failed`] and the call's usage is written here. Close codes come from
+//! [`close_frame`].
 
 use std::sync::Arc;
 
@@ -18,16 +19,19 @@ use warp::http::HeaderMap;
 use warp::ws::{Message as WsMessage, WebSocket, Ws};
 use warp::{Filter, Rejection, Reply};
 
-use callstream_actors::billing::{self, Account};
-use callstream_actors::call::{CallArgs, CallMsg, CallSupervisor, Outbound};
+use callstream_actors::billing;
+use callstream_actors::call::{CallArgs, CallEnd, CallMsg, CallSupervisor, Outbound};
+use callstream_actors::usage::Account;
 
 use crate::app::App;
 use crate::auth::rfc9421::RequestParts;
+use crate::http::errors::{close_frame, SocketClose};
 
-/// Close code of a refused handshake.
-pub const UNAUTHORIZED: u16 = 4401;
-/// Close code of an unhandled server error.
-pub const INTERNAL: u16 = 1011;
+/// The close frame for `why`.
+fn close_message(why: SocketClose<'_>) -> WsMessage {
+    let (code, reason) = close_frame(why);
+    WsMessage::close_with(code, reason)
+}
 
 /// `GET /api/callstream/ws` (WebSocket upgrade).
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
@@ -91,9 +95,7 @@ fn authenticate(app: &App, path: &str, query: &str, headers: &HeaderMap) -> Resu
 
 async fn refuse(socket: WebSocket) {
     let (mut tx, _rx) = socket.split();
-    let _ = tx
-        .send(WsMessage::close_with(UNAUTHORIZED, "unauthorized"))
-        .await;
+    let _ = tx.send(close_message(SocketClose::CallRefused)).await;
     let _ = tx.close().await;
 }
 
@@ -105,7 +107,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         Err(e) => {
             tracing::error!(error = %e, "billing actor unavailable");
             let _ = tx
-                .send(WsMessage::close_with(INTERNAL, "internal error"))
+                .send(close_message(SocketClose::Call(&CallEnd::Failed)))
                 .await;
             return;
         }
@@ -130,7 +132,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         Err(e) => {
             tracing::error!(error = %e, "call supervisor did not start");
             let _ = tx
-                .send(WsMessage::close_with(INTERNAL, "internal error"))
+                .send(close_message(SocketClose::Call(&CallEnd::Failed)))
                 .await;
             return;
         }
@@ -145,8 +147,8 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
                         return true;
                     }
                 }
-                Outbound::Close(code, reason) => {
-                    let _ = tx.send(WsMessage::close_with(code, reason)).await;
+                Outbound::Close(end) => {
+                    let _ = tx.send(close_message(SocketClose::Call(&end))).await;
                     let _ = tx.close().await;
                     return true;
                 }
@@ -154,7 +156,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         }
         // The supervisor is gone without closing the socket: it failed.
         let _ = tx
-            .send(WsMessage::close_with(INTERNAL, "internal error"))
+            .send(close_message(SocketClose::Call(&CallEnd::Failed)))
             .await;
         let _ = tx.close().await;
         false
@@ -204,7 +206,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         None => writer.await.unwrap_or(false),
     };
     if !closed_cleanly {
-        tracing::error!(call = %call_id, "call supervisor failed; closed with 1011");
+        tracing::error!(call = %call_id, "call supervisor failed; socket closed");
         // It did not tell the live page either.
         callstream_actors::call::CallObserver::ended(app.calls.live.as_ref(), &call_id);
         billing::end_call(&billing_actor, &call_id).await;

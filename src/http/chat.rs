@@ -332,7 +332,7 @@ async fn complete(
     if let Some(usage) = outcome.usage {
         crate::usage::record(
             app.store.clone(),
-            &caller,
+            &caller.account(),
             UsageKind::Tokens,
             usage.total_tokens,
             UsageSource::Chat,

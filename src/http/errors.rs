@@ -1,7 +1,8 @@
 //! The one place where errors become HTTP statuses, JSON bodies and WebSocket close codes.
 //!
 //! Every REST error body has the shape `{"error": {"code": "<snake_case>", "message": "<text>"}}`;
-//! `code` is stable and meant for programs, `message` is for people.
+//! `code` is stable and meant for programs, `message` is for people. Every WebSocket the server
+//! closes gets its code and reason from [`close_frame`], whichever route it belongs to.
 
 use std::convert::Infallible;
 
@@ -10,8 +11,73 @@ use warp::http::{header, HeaderValue, StatusCode};
 use warp::reply::Response;
 use warp::{Rejection, Reply};
 
+use callstream_actors::call::CallEnd;
+use callstream_actors::usage::UsageKind;
+
 use crate::auth::AuthError;
+use crate::files::FileError;
 use crate::llm::LlmError;
+
+/// Normal closure.
+const CLOSE_NORMAL: u16 = 1000;
+/// The server met a condition it did not expect.
+const CLOSE_INTERNAL: u16 = 1011;
+/// Missing or invalid credentials at the handshake.
+const CLOSE_UNAUTHORIZED: u16 = 4401;
+/// The organisation's quota is used up.
+const CLOSE_QUOTA: u16 = 4402;
+/// The organisation no longer exists.
+const CLOSE_NOT_FOUND: u16 = 4404;
+
+/// Close reason when a realtime session's key is revoked (fixed by the contract).
+pub const REVOKED_REASON: &str = "API key is no longer valid.";
+
+/// Why the server closes a WebSocket.
+#[derive(Debug, Clone, Copy)]
+pub enum SocketClose<'a> {
+    /// A live call ended.
+    Call(&'a CallEnd),
+    /// A live-call upgrade request was refused: missing key, unknown or revoked connector, or
+    /// a signature that does not verify. Which one is only logged.
+    CallRefused,
+    /// A realtime chat handshake was refused.
+    ChatRefused(&'a AuthError),
+    /// A realtime chat session found its key, organisation or quota no longer good.
+    ChatEnded(&'a AuthError),
+}
+
+/// The close code and reason for `why`: the only place close codes are chosen.
+pub fn close_frame(why: SocketClose<'_>) -> (u16, String) {
+    match why {
+        SocketClose::Call(end) => match end {
+            CallEnd::Closed | CallEnd::ClientGone | CallEnd::Disconnected(_) => {
+                (CLOSE_NORMAL, String::new())
+            }
+            CallEnd::IdleTimeout => (CLOSE_NORMAL, "idle timeout".to_owned()),
+            CallEnd::ChildFailed(_) | CallEnd::Failed => {
+                (CLOSE_INTERNAL, "internal error".to_owned())
+            }
+        },
+        SocketClose::CallRefused => (CLOSE_UNAUTHORIZED, "unauthorized".to_owned()),
+        SocketClose::ChatRefused(e) => (auth_close_code(e), e.to_string()),
+        // Mid-session an invalid key is a revoked one.
+        SocketClose::ChatEnded(AuthError::MissingKey | AuthError::InvalidKey) => {
+            (CLOSE_INTERNAL, REVOKED_REASON.to_owned())
+        }
+        SocketClose::ChatEnded(e) => (auth_close_code(e), e.to_string()),
+    }
+}
+
+fn auth_close_code(e: &AuthError) -> u16 {
+    match e {
+        AuthError::MissingKey | AuthError::InvalidKey => CLOSE_UNAUTHORIZED,
+        AuthError::QuotaExhausted(_) => CLOSE_QUOTA,
+        AuthError::OrgDeleted => CLOSE_NOT_FOUND,
+        AuthError::RateLimited { .. } | AuthError::PlanMissing(_) | AuthError::Store(_) => {
+            CLOSE_INTERNAL
+        }
+    }
+}
 
 /// An error of a request, as routes raise it.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +123,32 @@ impl ApiError {
         ApiError::Detailed {
             error: Box::new(self),
             detail,
+        }
+    }
+}
+
+impl From<FileError> for ApiError {
+    fn from(e: FileError) -> Self {
+        match e {
+            FileError::Language { .. } => ApiError::BadRequest {
+                code: "invalid_language",
+                message: e.to_string(),
+            },
+            FileError::Unsupported(m) => ApiError::UnsupportedMedia(m),
+            FileError::InvalidAudio(message) => ApiError::BadRequest {
+                code: "invalid_audio",
+                message,
+            },
+            FileError::QuotaTooSmall { .. } => {
+                let detail = e.to_string();
+                ApiError::Auth(AuthError::QuotaExhausted(UsageKind::AudioMs)).with_detail(detail)
+            }
+            FileError::Auth(e) => ApiError::Auth(e),
+            FileError::Llm(e) => ApiError::Llm(e),
+            FileError::Billing(e) => ApiError::Billing(e.to_string()),
+            FileError::Speech(_) | FileError::NoModel | FileError::Internal(_) => {
+                ApiError::Internal(e.to_string())
+            }
         }
     }
 }
@@ -117,17 +209,6 @@ impl ApiError {
             ApiError::Billing(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
-    }
-
-    /// WebSocket close code and reason for the same error on a realtime connection.
-    pub fn close_code(&self) -> (u16, String) {
-        let code = match self {
-            ApiError::Auth(AuthError::MissingKey | AuthError::InvalidKey) => 4401,
-            ApiError::Auth(AuthError::QuotaExhausted(_)) => 4402,
-            ApiError::Auth(AuthError::OrgDeleted) => 4404,
-            _ => 1011,
-        };
-        (code, self.to_string())
     }
 
     /// The HTTP response for this error.
@@ -217,35 +298,72 @@ pub async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use callstream_actors::usage::UsageKind;
     use std::time::Duration;
 
-    #[test]
-    fn statuses_and_close_codes() {
-        let cases: Vec<(ApiError, u16, u16)> = vec![
-            (AuthError::MissingKey.into(), 401, 4401),
-            (AuthError::InvalidKey.into(), 401, 4401),
-            (AuthError::OrgDeleted.into(), 404, 4404),
-            (
-                AuthError::QuotaExhausted(UsageKind::Tokens).into(),
-                402,
-                4402,
-            ),
-            (
-                AuthError::RateLimited {
-                    rpm: 1,
-                    retry_after: Duration::from_millis(1500),
-                }
-                .into(),
-                429,
-                1011,
-            ),
-            (ApiError::Internal("x".into()), 500, 1011),
-        ];
-        for (err, status, close) in cases {
-            assert_eq!(err.status().0.as_u16(), status, "{err}");
-            assert_eq!(err.close_code().0, close, "{err}");
+    fn rate_limited() -> AuthError {
+        AuthError::RateLimited {
+            rpm: 1,
+            retry_after: Duration::from_millis(1500),
         }
+    }
+
+    #[test]
+    fn statuses_of_auth_errors() {
+        let cases: Vec<(ApiError, u16)> = vec![
+            (AuthError::MissingKey.into(), 401),
+            (AuthError::InvalidKey.into(), 401),
+            (AuthError::OrgDeleted.into(), 404),
+            (AuthError::QuotaExhausted(UsageKind::Tokens).into(), 402),
+            (rate_limited().into(), 429),
+            (ApiError::Internal("x".into()), 500),
+        ];
+        for (err, status) in cases {
+            assert_eq!(err.status().0.as_u16(), status, "{err}");
+        }
+    }
+
+    #[test]
+    fn realtime_close_codes() {
+        let refused = |e: AuthError| close_frame(SocketClose::ChatRefused(&e));
+        let ended = |e: AuthError| close_frame(SocketClose::ChatEnded(&e));
+        assert_eq!(refused(AuthError::MissingKey).0, 4401);
+        assert_eq!(refused(AuthError::InvalidKey).0, 4401);
+        assert_eq!(refused(AuthError::OrgDeleted).0, 4404);
+        // Mid-session, an invalid key is a revoked one: 1011 with the contract's reason.
+        assert_eq!(
+            ended(AuthError::InvalidKey),
+            (1011, REVOKED_REASON.to_owned())
+        );
+        assert_eq!(ended(AuthError::OrgDeleted).0, 4404);
+        assert_eq!(ended(AuthError::QuotaExhausted(UsageKind::Tokens)).0, 4402);
+        assert_eq!(ended(rate_limited()).0, 1011);
+    }
+
+    #[test]
+    fn live_call_close_codes() {
+        use callstream_actors::call::{Child, DisconnectReason};
+        let call = |end: CallEnd| close_frame(SocketClose::Call(&end));
+        assert_eq!(call(CallEnd::Closed), (1000, String::new()));
+        assert_eq!(call(CallEnd::ClientGone), (1000, String::new()));
+        for reason in [
+            DisconnectReason::UnsupportedMedia,
+            DisconnectReason::QuotaExhausted,
+            DisconnectReason::ProtocolError,
+        ] {
+            assert_eq!(call(CallEnd::Disconnected(reason)), (1000, String::new()));
+        }
+        assert_eq!(call(CallEnd::IdleTimeout), (1000, "idle timeout".into()));
+        for end in [
+            CallEnd::ChildFailed(Child::Transcriber(1)),
+            CallEnd::ChildFailed(Child::Deinterleaver),
+            CallEnd::Failed,
+        ] {
+            assert_eq!(call(end), (1011, "internal error".into()));
+        }
+        assert_eq!(
+            close_frame(SocketClose::CallRefused),
+            (4401, "unauthorized".into())
+        );
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! `{"type": "delta", "text"}`, then `{"type": "done", "usage"}`; or `{"type": "error",
 //! "message"}`, after which the connection stays open.
 //!
-//! Lifecycle (spec section 3): a missing or invalid key closes with 4401 right after the
-//! upgrade. Each turn re-checks the key (revoked: 1011 "API key is no longer valid."), the
-//! organisation (deleted: 4404), the key's RPM budget shared with REST (exceeded: error frame)
-//! and the token quota (exhausted: 4402). Between turns too, the key is re-checked every
-//! 250 ms, so a revocation closes an idle session within a second. One turn runs at a time; a
+//! Lifecycle (spec section 3): a missing or invalid key closes the socket right after the
+//! upgrade. Each turn re-checks the key (revoked: closed), the organisation (deleted: closed),
+//! the key's RPM budget shared with REST (exceeded: error frame) and the token quota
+//! (exhausted: closed). Between turns too, the key is re-checked every 250 ms, so a revocation
+//! closes an idle session within a second. The close codes and reasons are chosen by
+//! [`close_frame`]. One turn runs at a time; a
 //! frame that arrives during a turn gets an error frame. Turns run with a fixed cap of 4096
 //! tokens and temperature 0.2; sampling fields are refused.
 
@@ -27,7 +28,7 @@ use callstream_actors::usage::{UsageKind, UsageSource};
 use crate::app::App;
 use crate::auth::{AuthError, Caller};
 use crate::http::chat::{parse_common, REALTIME_MAX_TOKENS, REALTIME_TEMPERATURE, SAMPLING_FIELDS};
-use crate::http::errors::ApiError;
+use crate::http::errors::{close_frame, SocketClose};
 use crate::llm::chat::ChatTurn;
 use crate::llm::markdown::PlainStream;
 use crate::llm::{Sampling, Usage};
@@ -36,8 +37,6 @@ use crate::llm::{Sampling, Usage};
 pub const MAX_FRAME: usize = 1 << 20;
 /// How often an open session re-checks its key.
 const KEY_CHECK: Duration = Duration::from_millis(250);
-/// Close reason when the key is revoked mid-session (fixed by the contract).
-pub const REVOKED_REASON: &str = "API key is no longer valid.";
 
 /// Frames the server sends.
 #[derive(Debug, Serialize)]
@@ -80,17 +79,10 @@ fn frame(f: &ServerFrame) -> WsMessage {
 enum Next {
     /// Send this frame and carry on.
     Reply(ServerFrame),
-    /// Close with this code and reason.
-    Close(u16, String),
+    /// The key, organisation or quota is no longer good: close the session.
+    Close(AuthError),
     /// Run this turn.
     Turn(Box<ChatTurn>, Option<String>),
-}
-
-fn close_for(e: AuthError) -> (u16, String) {
-    match e {
-        AuthError::InvalidKey | AuthError::MissingKey => (1011, REVOKED_REASON.to_owned()),
-        other => ApiError::Auth(other).close_code(),
-    }
 }
 
 fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
@@ -128,10 +120,7 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
                 message: e.to_string(),
             })
         }
-        Err(e) => {
-            let (code, reason) = close_for(e);
-            return Next::Close(code, reason);
-        }
+        Err(e) => return Next::Close(e),
     }
     if let Err(e) = app.auth.check_rate(caller, Instant::now()) {
         return Next::Reply(ServerFrame::Error {
@@ -143,10 +132,7 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
         .check_quota(caller, UsageKind::Tokens, crate::clock::now_ms())
     {
         Ok(()) => {}
-        Err(e @ AuthError::QuotaExhausted(_)) => {
-            let (code, reason) = ApiError::Auth(e).close_code();
-            return Next::Close(code, reason);
-        }
+        Err(e @ AuthError::QuotaExhausted(_)) => return Next::Close(e),
         Err(e) => {
             return Next::Reply(ServerFrame::Error {
                 message: e.to_string(),
@@ -214,7 +200,7 @@ async fn run_turn(
                 Some(usage) => {
                     crate::usage::record(
                         app.store.clone(),
-                        &caller,
+                        &caller.account(),
                         UsageKind::Tokens,
                         usage.total_tokens,
                         UsageSource::Realtime,
@@ -245,7 +231,7 @@ async fn session(app: App, key: Option<String>, socket: WebSocket) {
     let mut caller = match app.auth.authenticate(key.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            let (code, reason) = ApiError::Auth(e).close_code();
+            let (code, reason) = close_frame(SocketClose::ChatRefused(&e));
             let _ = tx.send(WsMessage::close_with(code, reason)).await;
             let _ = tx.close().await;
             return;
@@ -276,7 +262,7 @@ async fn session(app: App, key: Option<String>, socket: WebSocket) {
                             break None;
                         }
                     }
-                    Next::Close(code, reason) => break Some((code, reason)),
+                    Next::Close(e) => break Some(e),
                     Next::Turn(t, user) => {
                         turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, out_tx.clone())));
                     }
@@ -290,7 +276,7 @@ async fn session(app: App, key: Option<String>, socket: WebSocket) {
             _ = check.tick() => {
                 let live = app.store.api_key(&caller.key.id).ok().flatten().is_some_and(|k| k.revoked_at_ms.is_none());
                 if !live {
-                    break Some((1011, REVOKED_REASON.to_owned()));
+                    break Some(AuthError::InvalidKey);
                 }
             }
         }
@@ -299,7 +285,8 @@ async fn session(app: App, key: Option<String>, socket: WebSocket) {
         // Dropping the turn stops the model (its delta channel closes).
         t.abort();
     }
-    if let Some((code, reason)) = close {
+    if let Some(e) = close {
+        let (code, reason) = close_frame(SocketClose::ChatEnded(&e));
         let _ = tx.send(WsMessage::close_with(code, reason)).await;
     }
     let _ = tx.close().await;

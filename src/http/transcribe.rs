@@ -1,5 +1,6 @@
 //! `POST /api/transcribe`: an audio file in; the transcript, timed segments per channel, the
-//! customer's intent and, on request, BANT and NEAT-P records out, billed in audio-minutes.
+//! customer's intent and, on request, BANT and NEAT-P records out, billed in audio-minutes. The
+//! work is [`crate::files::transcribe`]; this route reads the form and answers with JSON.
 //!
 //! Form fields (`multipart/form-data`): `file` (required; WAV, FLAC, MP3, Ogg Vorbis, Ogg Opus),
 //! `language` (default `en`; must be listed by `GET /api/languages`), `extract_bant` and
@@ -8,26 +9,20 @@
 //!
 //! Order of refusal, cheapest first: key (401/404), RPM (429), exhausted audio quota (402),
 //! declared body over `[transcribe] max_upload_mb` (413, before the body is read), form errors
-//! (400), unsupported format (415), damaged or empty audio (400), a file longer than the quota
-//! that remains (402). Nothing is billed unless the whole request succeeds.
-
-use std::time::Instant;
+//! (400), unsupported language (400), unsupported format (415), damaged or empty audio (400), a
+//! file longer than the quota that remains (402). Nothing is billed unless the whole request
+//! succeeds.
 
 use bytes::BufMut;
 use futures_util::TryStreamExt;
-use serde::Serialize;
-use serde_json::Value;
 use warp::{Filter, Rejection, Reply};
 
-use callstream_actors::asr::file::{transcribe_channels, FileSegment};
-use callstream_actors::asr::Word;
-use callstream_actors::audio::decode::{decode, DecodeError, OUTPUT_RATE};
-use callstream_actors::usage::{Allowance, UsageKind, UsageSource};
+use callstream_actors::usage::UsageKind;
 
 use crate::app::App;
-use crate::auth::{AuthError, Caller};
+use crate::auth::Caller;
+use crate::files::{Analyses, FileRequest, Payer};
 use crate::http::errors::ApiError;
-use crate::llm::profiles::{analyse, ProfileKind};
 
 /// The form, checked.
 #[derive(Debug)]
@@ -58,7 +53,7 @@ fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
     }
 }
 
-async fn read_form(app: &App, form: warp::multipart::FormData) -> Result<Form, ApiError> {
+async fn read_form(form: warp::multipart::FormData) -> Result<Form, ApiError> {
     let parts: Vec<(String, Option<String>, Vec<u8>)> = form
         .and_then(|part| async move {
             let name = part.name().to_owned();
@@ -108,16 +103,6 @@ async fn read_form(app: &App, form: warp::multipart::FormData) -> Result<Form, A
     let language = language
         .filter(|l| !l.is_empty())
         .unwrap_or_else(|| "en".to_owned());
-    if !app.languages.iter().any(|l| l.code == language) {
-        let known: Vec<&str> = app.languages.iter().map(|l| l.code.as_str()).collect();
-        return Err(bad(
-            "invalid_language",
-            format!(
-                "language {language:?} is not supported; GET /api/languages lists {}",
-                known.join(", ")
-            ),
-        ));
-    }
     Ok(Form {
         file,
         extension,
@@ -126,38 +111,6 @@ async fn read_form(app: &App, form: warp::multipart::FormData) -> Result<Form, A
         neat,
         user,
     })
-}
-
-/// One segment of the response.
-#[derive(Debug, Serialize)]
-struct Segment {
-    id: usize,
-    start: f64,
-    end: f64,
-    text: String,
-    channel: usize,
-    speaker: String,
-    confidence: f32,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    words: Vec<Word>,
-}
-
-#[derive(Debug, Serialize)]
-struct Response {
-    text: String,
-    language: String,
-    duration: f64,
-    channels: usize,
-    segments: Vec<Segment>,
-    intent: Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    bant: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    neat_p: Option<Value>,
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 /// `POST /api/transcribe`.
@@ -193,132 +146,23 @@ async fn transcribe(
         bant,
         neat,
         user,
-    } = read_form(&app, form).await?;
-    let audio =
-        tokio::task::spawn_blocking(move || decode(file, extension.as_deref(), OUTPUT_RATE))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .map_err(|e| match e {
-                DecodeError::Unsupported(m) => ApiError::UnsupportedMedia(m),
-                other => bad("invalid_audio", other.to_string()),
-            })?;
-    let duration_ms = (audio.duration_secs() * 1000.0).round() as u64;
-    if duration_ms == 0 {
-        return Err(bad("invalid_audio", "the file holds no audio"));
-    }
-    // A file longer than what is left of the quota is refused whole: it would be transcribed
-    // and then not billable.
-    match app
-        .auth
-        .allowance(&caller, UsageKind::AudioMs, crate::clock::now_ms())
-    {
-        Ok(Allowance::Remaining(left)) if left < duration_ms => {
-            return Err(
-                ApiError::Auth(AuthError::QuotaExhausted(UsageKind::AudioMs)).with_detail(format!(
-                    "the file is {:.2} audio-minutes; {:.2} remain this month",
-                    duration_ms as f64 / 60_000.0,
-                    left as f64 / 60_000.0
-                )),
-            );
-        }
-        Ok(_) => {}
-        Err(e) => return Err(ApiError::Auth(e)),
-    }
-
-    let started = Instant::now();
-    let channels = audio.channels.len();
-    let (pool, vad, lang) = (app.asr.clone(), app.config.vad.config(), language.clone());
-    let segments = tokio::task::spawn_blocking(move || {
-        transcribe_channels(&pool, &audio.channels, &lang, vad, &mut |_, _| {})
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
-    .map_err(|e| ApiError::Internal(format!("speech engine: {e}")))?;
-    let transcribed = started.elapsed();
-
-    let role = |c: usize| {
-        if channels > 1 {
-            app.config.transcribe.role(c)
-        } else {
-            "speaker".to_owned()
-        }
-    };
-    let dialogue: String = segments
-        .iter()
-        .map(|s| {
-            let mut who = role(s.channel);
-            if let Some(first) = who.get_mut(..1) {
-                first.make_ascii_uppercase();
-            }
-            format!("{who}: {}\n", s.text)
-        })
-        .collect();
-    let started_analysis = Instant::now();
-    let provider = app.llm.clone();
-    let transcript = if dialogue.is_empty() {
-        "(no speech)".to_owned()
-    } else {
-        dialogue
-    };
-    let run = |kind| analyse(provider.as_ref(), kind, &transcript);
-    let intent = run(ProfileKind::Intent).await?.0;
-    let bant = if bant {
-        Some(run(ProfileKind::Bant).await?.0)
-    } else {
-        None
-    };
-    let neat_p = if neat {
-        Some(run(ProfileKind::NeatP).await?.0)
-    } else {
-        None
-    };
-    tracing::info!(
-        audio_s = duration_ms as f64 / 1000.0,
-        channels,
-        transcription_s = transcribed.as_secs_f64(),
-        analysis_s = started_analysis.elapsed().as_secs_f64(),
-        "file transcribed"
-    );
-
-    crate::usage::record(
-        app.store.clone(),
-        &caller,
-        UsageKind::AudioMs,
-        duration_ms,
-        UsageSource::Transcribe,
-        user,
-    )
-    .await
-    .map_err(|e| ApiError::Billing(e.to_string()))?;
-
-    let text = segments
-        .iter()
-        .map(|s| s.text.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let segments = segments
-        .into_iter()
-        .enumerate()
-        .map(|(id, s): (usize, FileSegment)| Segment {
-            id,
-            start: round3(s.start),
-            end: round3(s.end),
-            speaker: role(s.channel),
-            channel: s.channel,
-            confidence: (s.confidence * 1000.0).round() / 1000.0,
-            words: s.words,
-            text: s.text,
-        })
-        .collect();
-    let response = Response {
-        text,
+    } = read_form(form).await?;
+    let request = FileRequest {
+        bytes: file,
+        extension,
         language,
-        duration: duration_ms as f64 / 1000.0,
-        channels,
-        segments,
-        intent,
-        bant,
-        neat_p,
+        analyses: Analyses {
+            intent: true,
+            bant,
+            neat_p: neat,
+        },
     };
-    Ok(warp::reply::json(&response).into_response())
+    let payer = Payer {
+        auth: app.auth.clone(),
+        store: app.store.clone(),
+        caller,
+        end_user: user,
+    };
+    let transcript = crate::files::transcribe(&app.files(), request, Some(&payer), None).await?;
+    Ok(warp::reply::json(&transcript).into_response())
 }

@@ -3,8 +3,9 @@
 //! embedded model), so it always parses. Evidence quotes are then checked against the
 //! transcript and any that do not occur in it verbatim are dropped.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use callstream_actors::call::{IntentClassifier, IntentFuture};
 use serde_json::Value;
 
 use super::{Generation, LlmError, Message, Provider, Role, Sampling, Usage};
@@ -192,6 +193,30 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) {
                 Value::from((conf.clamp(0.0, 1.0) * 100.0).round() / 100.0),
             );
         }
+    }
+}
+
+/// The intent profile of the language model, as the engine's [`IntentClassifier`].
+pub struct LlmIntent {
+    provider: Arc<dyn Provider>,
+}
+
+impl LlmIntent {
+    /// Classifies with `provider`.
+    pub fn new(provider: Arc<dyn Provider>) -> Self {
+        Self { provider }
+    }
+}
+
+impl IntentClassifier for LlmIntent {
+    fn classify(&self, transcript: String) -> IntentFuture {
+        let provider = self.provider.clone();
+        Box::pin(async move {
+            analyse(provider.as_ref(), ProfileKind::Intent, &transcript)
+                .await
+                .map(|(value, _usage)| value)
+                .map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -18,6 +18,30 @@ use serde::{Deserialize, Serialize};
 pub use self::sled::SledStore;
 pub use crypto::SecretBox;
 
+/// Why the store of a data directory could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {0}: {1}")]
+    DataDir(String, std::io::Error),
+    /// The encryption key is unusable.
+    #[error(transparent)]
+    Key(#[from] crypto::KeyError),
+    /// The database could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Opens the store of `storage`'s data directory, creating it on first use.
+pub fn open(
+    storage: &crate::config::StorageConfig,
+) -> Result<std::sync::Arc<dyn Store>, OpenError> {
+    let dir = &storage.data_dir;
+    std::fs::create_dir_all(dir).map_err(|e| OpenError::DataDir(dir.display().to_string(), e))?;
+    let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
+    Ok(std::sync::Arc::new(SledStore::open(dir, secrets)?))
+}
+
 /// An organisation: the tenant that owns keys, connectors, a plan and usage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Org {

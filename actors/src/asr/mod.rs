@@ -1,11 +1,12 @@
-//! The speech engine: the [`AsrEngine`] port, its Whisper-on-CTranslate2 implementation, the
-//! hallucination guard, the worker pool that runs engines on dedicated threads, and the
-//! language list of the loaded model.
+//! The speech engine: the [`AsrEngine`] port, its Whisper-on-CTranslate2 implementation, an
+//! in-memory scripted engine for tests, the hallucination guard, the worker pool that runs
+//! engines on dedicated threads, and the language list of the loaded model.
 
 pub mod file;
 pub mod guard;
 pub mod languages;
 pub mod pool;
+pub mod scripted;
 pub mod tokenizer;
 pub mod wer;
 pub mod whisper;

@@ -1,11 +1,12 @@
 //! The deinterleaver: turns each binary frame of the call (PCMU or L16, channels interleaved
 //! sample by sample) into one block of 16-bit samples per channel and hands each block to that
-//! channel's transcriber.
+//! channel's transcriber. A language change and the end of the call go the same way, so they
+//! reach each transcriber in order with the frames.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use super::settings::Credit;
 use super::transcriber::TranscriberMsg;
-use super::Credit;
 use crate::audio::frame::{deinterleave_into, Encoding};
 
 /// Messages of the [`Deinterleaver`].
@@ -13,6 +14,11 @@ use crate::audio::frame::{deinterleave_into, Encoding};
 pub enum DeinterleaverMsg {
     /// One binary frame, already checked to hold whole sample frames.
     Frame(Vec<u8>, Credit),
+    /// Later audio is in this model language: tell every transcriber, after the frames before
+    /// this.
+    Language(String),
+    /// The call is closing: tell every transcriber, after the frames before this.
+    Finish,
 }
 
 /// Arguments of the [`Deinterleaver`].
@@ -47,7 +53,21 @@ impl Actor for Deinterleaver {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let DeinterleaverMsg::Frame(bytes, credit) = message;
+        let (bytes, credit) = match message {
+            DeinterleaverMsg::Frame(bytes, credit) => (bytes, credit),
+            DeinterleaverMsg::Language(language) => {
+                for transcriber in &state.transcribers {
+                    transcriber.cast(TranscriberMsg::Language(language.clone()))?;
+                }
+                return Ok(());
+            }
+            DeinterleaverMsg::Finish => {
+                for transcriber in &state.transcribers {
+                    transcriber.cast(TranscriberMsg::Finish)?;
+                }
+                return Ok(());
+            }
+        };
         let channels = state.transcribers.len();
         let per_channel = bytes.len() / (channels * state.encoding.bytes_per_sample());
         // Fresh buffers: each block moves on to its transcriber.

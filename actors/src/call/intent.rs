@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef};
 use serde_json::Value;
 
-use super::supervisor::CallMsg;
-use super::IntentClassifier;
+use super::ports::IntentClassifier;
+use crate::transcript::dialogue;
 
 /// Messages of the [`Intent`] actor.
 #[derive(Debug)]
@@ -21,12 +21,16 @@ pub enum IntentMsg {
     RunDone(Result<Value, String>),
 }
 
+/// The result of one intent run: the intent result, or why the run failed.
+#[derive(Debug)]
+pub struct IntentOutcome(pub Result<Value, String>);
+
 /// Arguments of the [`Intent`] actor.
 pub struct IntentArgs {
     /// The analysis.
     pub classifier: Arc<dyn IntentClassifier>,
     /// Where results go.
-    pub supervisor: ActorRef<CallMsg>,
+    pub report: DerivedActorRef<IntentOutcome>,
 }
 
 /// The actor's state.
@@ -47,10 +51,11 @@ impl IntentState {
     fn transcript(&self) -> String {
         let mut lines: Vec<&(f64, String, String)> = self.lines.iter().collect();
         lines.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let text: String = lines
-            .iter()
-            .map(|(_, who, text)| format!("{who}: {text}\n"))
-            .collect();
+        let text = dialogue(
+            lines
+                .iter()
+                .map(|(_, who, text)| (who.as_str(), text.as_str())),
+        );
         if text.is_empty() {
             "(no speech yet)".to_owned()
         } else {
@@ -115,7 +120,7 @@ impl Actor for Intent {
                     ok = result.is_ok(),
                     "intent analysis done"
                 );
-                state.args.supervisor.cast(CallMsg::Intent(result))?;
+                state.args.report.send_message(IntentOutcome(result))?;
                 if std::mem::take(&mut state.follow_up) {
                     state.start(&myself);
                 }

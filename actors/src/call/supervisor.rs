@@ -4,8 +4,8 @@
 //! reports audio to the billing actor and checks the quota every
 //! [`CallSettings::quota_check`].
 //!
-//! A child that fails ends the call with close code 1011, except the intent actor, which is
-//! started again (its run is lost and answered with an error). The call's usage is written
+//! A child that fails ends the call ([`CallEnd::ChildFailed`]), except the intent actor, which
+//! is started again (its run is lost and answered with an error). The call's usage is written
 //! before the socket is closed, whichever way the call ends.
 
 use std::sync::atomic::Ordering;
@@ -15,26 +15,26 @@ use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
-use super::intent::{Intent, IntentArgs, IntentMsg};
-use super::transcriber::{ChannelTranscript, Transcriber, TranscriberArgs, TranscriberMsg};
-use super::{CallInfo, CallObserver, CallSettings, Credit, IntentClassifier, LiveStats, Outbound};
+use super::intent::{Intent, IntentArgs, IntentMsg, IntentOutcome};
+use super::outbound::{CallEnd, Child, DisconnectReason, Outbound, MEDIA_INFO, QUOTA_INFO};
+use super::ports::{CallInfo, CallObserver, IntentClassifier};
+use super::settings::{CallSettings, Credit, LiveStats};
+use super::transcriber::{
+    ChannelTranscript, Transcriber, TranscriberArgs, TranscriberEvent, TranscriberMsg,
+};
 use crate::asr::pool::AsrPool;
-use crate::billing::{Account, BillingMsg};
+use crate::billing::BillingMsg;
 use crate::protocol::messages::Duration as Pt;
 use crate::protocol::messages::{
     Alternative, Entity, EventParams, IntentUpdateParams, Interpretation, ServerEnvelope,
     ServerMessage, Token, TranscriptData,
 };
 use crate::protocol::session::{OpenRequest, Session, State, Step};
-use crate::usage::Allowance;
-
-/// The `disconnect` info when the transcription quota is used up (fixed by the contract).
-pub const QUOTA_INFO: &str = "Transcription quota exhausted for this plan";
-/// The `disconnect` info when no offered media is supported.
-pub const MEDIA_INFO: &str =
-    "No supported audio format offered: this server accepts PCMU or L16 at 8000 Hz, 1 or 2 channels";
+use crate::transcript::round3;
+use crate::usage::{Account, Allowance};
 
 /// Messages of the [`CallSupervisor`].
 #[derive(Debug)]
@@ -45,18 +45,48 @@ pub enum CallMsg {
     Audio(Vec<u8>, Credit),
     /// The socket closed or failed on the client's side.
     SocketClosed,
-    /// A transcriber's result.
-    Transcript(ChannelTranscript),
-    /// A transcriber answered every utterance after [`TranscriberMsg::Finish`].
-    ChannelDone(usize),
+    /// What a transcriber reports.
+    Channel(TranscriberEvent),
     /// The intent actor's result.
-    Intent(Result<Value, String>),
+    Intent(IntentOutcome),
     /// Time for the quota check.
     QuotaTick,
     /// Time to see whether the client has gone silent.
     IdleTick,
     /// The client did not answer our `disconnect` in time.
     GraceOver,
+}
+
+impl From<TranscriberEvent> for CallMsg {
+    fn from(e: TranscriberEvent) -> Self {
+        CallMsg::Channel(e)
+    }
+}
+
+impl TryFrom<CallMsg> for TranscriberEvent {
+    type Error = CallMsg;
+    fn try_from(m: CallMsg) -> Result<Self, CallMsg> {
+        match m {
+            CallMsg::Channel(e) => Ok(e),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<IntentOutcome> for CallMsg {
+    fn from(o: IntentOutcome) -> Self {
+        CallMsg::Intent(o)
+    }
+}
+
+impl TryFrom<CallMsg> for IntentOutcome {
+    type Error = CallMsg;
+    fn try_from(m: CallMsg) -> Result<Self, CallMsg> {
+        match m {
+            CallMsg::Intent(o) => Ok(o),
+            other => Err(other),
+        }
+    }
 }
 
 /// Arguments of a [`CallSupervisor`].
@@ -98,7 +128,9 @@ pub struct CallState {
     metered: bool,
     quota_timer: Option<JoinHandle<()>>,
     idle_timer: Option<JoinHandle<()>>,
-    last_heard: std::time::Instant,
+    last_heard: Instant,
+    /// Why we sent `disconnect`, while waiting for the client's `close`.
+    disconnecting: Option<DisconnectReason>,
     ending: bool,
     active: Option<ActiveCall>,
 }
@@ -136,15 +168,34 @@ impl CallState {
     }
 
     /// Sends `disconnect` and gives the client a moment to answer with `close`.
-    async fn disconnect(&mut self, myself: &ActorRef<CallMsg>, info: &str) {
+    async fn disconnect(&mut self, myself: &ActorRef<CallMsg>, reason: DisconnectReason) {
+        let info = match reason {
+            DisconnectReason::UnsupportedMedia => MEDIA_INFO,
+            DisconnectReason::QuotaExhausted => QUOTA_INFO,
+            DisconnectReason::ProtocolError => "protocol error",
+        };
         tracing::info!(call = %self.args.call_id, info, "disconnecting");
         let envelope = self.session.disconnect(info);
         self.send(&envelope).await;
+        self.await_close(myself, reason);
+    }
+
+    /// A `disconnect` was sent for `reason`: wait a moment for the client's `close`.
+    fn await_close(&mut self, myself: &ActorRef<CallMsg>, reason: DisconnectReason) {
+        self.disconnecting.get_or_insert(reason);
         myself.send_after(self.args.settings.disconnect_grace, || CallMsg::GraceOver);
     }
 
+    /// How the call ends now that the client answered or the grace ran out.
+    fn disconnected(&self) -> CallEnd {
+        CallEnd::Disconnected(
+            self.disconnecting
+                .unwrap_or(DisconnectReason::ProtocolError),
+        )
+    }
+
     /// Writes the call's usage, closes the socket and stops the call.
-    async fn end(&mut self, myself: &ActorRef<CallMsg>, code: u16, reason: &str) {
+    async fn end(&mut self, myself: &ActorRef<CallMsg>, end: CallEnd) {
         if std::mem::replace(&mut self.ending, true) {
             return;
         }
@@ -160,12 +211,8 @@ impl CallState {
                 o.ended(&self.args.call_id);
             }
         }
-        let _ = self
-            .args
-            .outbound
-            .send(Outbound::Close(code, reason.to_owned()))
-            .await;
-        tracing::info!(call = %self.args.call_id, code, "call ended");
+        tracing::info!(call = %self.args.call_id, end = %end, "call ended");
+        let _ = self.args.outbound.send(Outbound::Close(end)).await;
         myself.stop(None);
     }
 
@@ -175,7 +222,8 @@ impl CallState {
         request: OpenRequest,
     ) -> Result<(), ActorProcessingErr> {
         let Some(media) = request.media.clone() else {
-            self.disconnect(myself, MEDIA_INFO).await;
+            self.disconnect(myself, DisconnectReason::UnsupportedMedia)
+                .await;
             return Ok(());
         };
         let settings = &self.args.settings;
@@ -199,7 +247,8 @@ impl CallState {
             return Ok(());
         }
         if self.allowance().await?.is_exhausted() {
-            self.disconnect(myself, QUOTA_INFO).await;
+            self.disconnect(myself, DisconnectReason::QuotaExhausted)
+                .await;
             return Ok(());
         }
         // Children first, so no audio can arrive before they exist.
@@ -217,7 +266,7 @@ impl CallState {
                 vad: settings.vad,
                 max_held: settings.max_held_utterances,
                 pool: self.args.pool.clone(),
-                supervisor: myself.clone(),
+                report: myself.get_derived(),
                 stats: self.args.stats.clone(),
             };
             let name = format!("{}:transcriber:{channel}", self.args.call_id);
@@ -266,7 +315,7 @@ impl CallState {
     async fn spawn_intent(&mut self, myself: &ActorRef<CallMsg>) -> Result<(), ActorProcessingErr> {
         let args = IntentArgs {
             classifier: self.args.classifier.clone(),
-            supervisor: myself.clone(),
+            report: myself.get_derived(),
         };
         let (i, _) = Actor::spawn_linked(None, Intent, args, myself.get_cell()).await?;
         // A new intent actor starts from the transcript so far.
@@ -342,8 +391,8 @@ impl CallState {
                     match self.args.settings.model_language(&tag) {
                         Some(code) => {
                             tracing::info!(call = %self.args.call_id, language = %tag, "language changed");
-                            for t in &self.transcribers {
-                                t.cast(TranscriberMsg::Language(code.clone()))?;
+                            if let Some(d) = &self.deinterleaver {
+                                d.cast(DeinterleaverMsg::Language(code.clone()))?;
                             }
                             self.language = code;
                             self.language_tag = Some(tag);
@@ -355,57 +404,65 @@ impl CallState {
                 self.send(&updated).await;
             }
             Step::Analyze => match &self.intent {
-                Some(intent) if self.session.state() != State::Closing => {
-                    intent.cast(IntentMsg::Analyze)?
+                Some(_) if self.session.state() != State::Closing => {
+                    self.to_intent(IntentMsg::Analyze)
                 }
                 _ => {
                     tracing::debug!(call = %self.args.call_id, "analyze ignored: no transcript to analyse")
                 }
             },
             Step::Close => {
-                if self.transcribers.is_empty() {
-                    let closed = self.session.closed();
-                    self.send(&closed).await;
-                    self.end(myself, 1000, "").await;
-                } else {
-                    for t in &self.transcribers {
-                        t.cast(TranscriberMsg::Finish)?;
+                match &self.deinterleaver {
+                    // Through the deinterleaver, so frames still on their way are transcribed.
+                    Some(d) => d.cast(DeinterleaverMsg::Finish)?,
+                    None => {
+                        let closed = self.session.closed();
+                        self.send(&closed).await;
+                        self.end(myself, CallEnd::Closed).await;
                     }
                 }
             }
             Step::Closed(closed) => {
                 self.send(&closed).await;
-                self.end(myself, 1000, "").await;
+                let end = self.disconnected();
+                self.end(myself, end).await;
             }
             Step::Disconnect(envelope) => {
                 tracing::info!(call = %self.args.call_id, message = ?envelope.message, "protocol error");
                 self.send(&envelope).await;
-                myself.send_after(self.args.settings.disconnect_grace, || CallMsg::GraceOver);
+                self.await_close(myself, DisconnectReason::ProtocolError);
             }
         }
         Ok(())
     }
 
-    fn is_child(&self, cell: &ActorCell) -> Option<&'static str> {
+    /// Tells the intent actor. If it has just died, its restart replays the transcript, and an
+    /// analyze it missed was answered with an error: the call goes on either way.
+    fn to_intent(&self, message: IntentMsg) {
+        if let Some(intent) = &self.intent {
+            if intent.cast(message).is_err() {
+                tracing::debug!(call = %self.args.call_id, "intent actor gone; it is restarted");
+            }
+        }
+    }
+
+    fn child_of(&self, cell: &ActorCell) -> Option<Child> {
         let id = cell.get_id();
         if self.intent.as_ref().is_some_and(|i| i.get_id() == id) {
-            Some("intent")
+            Some(Child::Intent)
         } else if self
             .deinterleaver
             .as_ref()
             .is_some_and(|d| d.get_id() == id)
         {
-            Some("deinterleaver")
-        } else if self.transcribers.iter().any(|t| t.get_id() == id) {
-            Some("transcriber")
+            Some(Child::Deinterleaver)
         } else {
-            None
+            self.transcribers
+                .iter()
+                .position(|t| t.get_id() == id)
+                .map(Child::Transcriber)
         }
     }
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 impl Actor for CallSupervisor {
@@ -421,7 +478,8 @@ impl Actor for CallSupervisor {
         let check = (args.settings.idle_timeout / 4).max(std::time::Duration::from_millis(100));
         Ok(CallState {
             idle_timer: Some(myself.send_interval(check, || CallMsg::IdleTick)),
-            last_heard: std::time::Instant::now(),
+            last_heard: Instant::now(),
+            disconnecting: None,
             session: Session::new(args.session_header.clone()),
             language: args.settings.default_language.clone(),
             language_tag: None,
@@ -450,20 +508,19 @@ impl Actor for CallSupervisor {
         }
         match message {
             CallMsg::Text(text, _credit) => {
-                state.last_heard = std::time::Instant::now();
+                state.last_heard = Instant::now();
                 let step = state.session.on_text(&text);
                 state.on_step(&myself, step, None).await?;
             }
             CallMsg::Audio(bytes, credit) => {
-                state.last_heard = std::time::Instant::now();
+                state.last_heard = Instant::now();
                 let step = state.session.on_audio(bytes.len());
                 state.on_step(&myself, step, Some((bytes, credit))).await?;
             }
             CallMsg::SocketClosed => {
-                tracing::info!(call = %state.args.call_id, "client went away");
-                state.end(&myself, 1000, "").await;
+                state.end(&myself, CallEnd::ClientGone).await;
             }
-            CallMsg::Transcript(t) => {
+            CallMsg::Channel(TranscriberEvent::Transcript(t)) => {
                 if state.session.state() == State::Ended {
                     return Ok(());
                 }
@@ -471,9 +528,7 @@ impl Actor for CallSupervisor {
                 let label = state.labels.get(channel).cloned().unwrap_or_default();
                 let (data, at) = state.transcript_event(t);
                 let text = data.alternatives[0].interpretations[0].transcript.clone();
-                if let Some(intent) = &state.intent {
-                    intent.cast(IntentMsg::Line(at, label.clone(), text.clone()))?;
-                }
+                state.to_intent(IntentMsg::Line(at, label.clone(), text.clone()));
                 if let Some(o) = &state.args.observer {
                     o.transcript(&state.args.call_id, channel, at, &text);
                 }
@@ -485,17 +540,17 @@ impl Actor for CallSupervisor {
                     }))
                     .await;
             }
-            CallMsg::ChannelDone(_) => {
+            CallMsg::Channel(TranscriberEvent::Drained(_)) => {
                 state.channels_done += 1;
                 if state.channels_done == state.transcribers.len()
                     && state.session.state() == State::Closing
                 {
                     let closed = state.session.closed();
                     state.send(&closed).await;
-                    state.end(&myself, 1000, "").await;
+                    state.end(&myself, CallEnd::Closed).await;
                 }
             }
-            CallMsg::Intent(result) => {
+            CallMsg::Intent(IntentOutcome(result)) => {
                 if matches!(state.session.state(), State::Active | State::Paused) {
                     let params = match result {
                         Ok(intent) => IntentUpdateParams {
@@ -513,7 +568,11 @@ impl Actor for CallSupervisor {
             CallMsg::QuotaTick => {
                 if matches!(state.session.state(), State::Active | State::Paused) {
                     match state.allowance().await {
-                        Ok(a) if a.is_exhausted() => state.disconnect(&myself, QUOTA_INFO).await,
+                        Ok(a) if a.is_exhausted() => {
+                            state
+                                .disconnect(&myself, DisconnectReason::QuotaExhausted)
+                                .await
+                        }
                         Ok(_) => {}
                         // A failed check does not end a paying call; the next one may succeed.
                         Err(e) => {
@@ -530,12 +589,13 @@ impl Actor for CallSupervisor {
                 {
                     tracing::info!(call = %state.args.call_id, silent_s = silent.as_secs_f64(),
                         "client silent: ending the call");
-                    state.end(&myself, 1000, "idle timeout").await;
+                    state.end(&myself, CallEnd::IdleTimeout).await;
                 }
             }
             CallMsg::GraceOver => {
                 if state.session.state() == State::Disconnecting {
-                    state.end(&myself, 1000, "").await;
+                    let end = state.disconnected();
+                    state.end(&myself, end).await;
                 }
             }
         }
@@ -559,8 +619,8 @@ impl Actor for CallSupervisor {
         if state.ending {
             return Ok(());
         }
-        match state.is_child(&cell) {
-            Some("intent") => {
+        match state.child_of(&cell) {
+            Some(Child::Intent) => {
                 tracing::error!(call = %state.args.call_id, why = %why, "intent actor ended; starting a new one");
                 state.spawn_intent(&myself).await?;
                 state
@@ -571,8 +631,8 @@ impl Actor for CallSupervisor {
                     .await;
             }
             Some(child) => {
-                tracing::error!(call = %state.args.call_id, child, why = %why, "call child ended; ending the call");
-                state.end(&myself, 1011, "internal error").await;
+                tracing::error!(call = %state.args.call_id, child = %child, why = %why, "call child ended; ending the call");
+                state.end(&myself, CallEnd::ChildFailed(child)).await;
             }
             None => {}
         }

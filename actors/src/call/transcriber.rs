@@ -12,10 +12,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef};
 
-use super::supervisor::CallMsg;
-use super::{Credit, LiveStats};
+use super::settings::{Credit, LiveStats};
 use crate::asr::pool::{AsrPool, Job};
 use crate::asr::{AsrError, Transcript};
 use crate::audio::resample::Upsampler;
@@ -40,9 +39,18 @@ pub enum TranscriberMsg {
     },
     /// Offer held utterances to the pool again.
     Retry,
-    /// The call is closing: cut the last utterance, and report [`CallMsg::ChannelDone`] once
-    /// every utterance is answered.
+    /// The call is closing: cut the last utterance, and report [`TranscriberEvent::Drained`]
+    /// once every utterance is answered.
     Finish,
+}
+
+/// What a transcriber reports to its call.
+#[derive(Debug)]
+pub enum TranscriberEvent {
+    /// A recognised utterance, in the order the channel's utterances were spoken.
+    Transcript(ChannelTranscript),
+    /// After [`TranscriberMsg::Finish`]: every utterance of this channel is answered.
+    Drained(usize),
 }
 
 /// A recognised utterance of one channel.
@@ -71,7 +79,7 @@ pub struct TranscriberArgs {
     /// The speech workers.
     pub pool: Arc<AsrPool>,
     /// Where transcripts go.
-    pub supervisor: ActorRef<CallMsg>,
+    pub report: DerivedActorRef<TranscriberEvent>,
     /// Process-wide counters.
     pub stats: Arc<LiveStats>,
 }
@@ -169,8 +177,8 @@ impl TranscriberState {
             let (start_sample, samples) = self.spans.remove(&seq).unwrap_or((0, 0));
             if let Some(transcript) = result.filter(|t| !t.text.is_empty()) {
                 self.args
-                    .supervisor
-                    .cast(CallMsg::Transcript(ChannelTranscript {
+                    .report
+                    .send_message(TranscriberEvent::Transcript(ChannelTranscript {
                         channel: self.args.channel,
                         start_sample,
                         samples,
@@ -181,8 +189,8 @@ impl TranscriberState {
         if self.finishing && !self.done_reported && self.next_emit == self.next_seq {
             self.done_reported = true;
             self.args
-                .supervisor
-                .cast(CallMsg::ChannelDone(self.args.channel))?;
+                .report
+                .send_message(TranscriberEvent::Drained(self.args.channel))?;
         }
         Ok(())
     }

@@ -1,0 +1,91 @@
+//! What a call sends to its socket, and why a call ends.
+//!
+//! The engine says *why* a call ended ([`CallEnd`]); the edge alone decides which WebSocket
+//! close code and reason that becomes (`src/http/errors.rs` in the service), so the numbers live
+//! in one place.
+
+/// What the call sends to its socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outbound {
+    /// A JSON text frame.
+    Text(String),
+    /// Close the socket for this reason; nothing follows.
+    Close(CallEnd),
+}
+
+/// How a live call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallEnd {
+    /// The client sent `close` and was answered with `closed`.
+    Closed,
+    /// The socket closed or failed on the client's side.
+    ClientGone,
+    /// The server sent `disconnect` for this reason; the client answered with `close`, or did
+    /// not answer within the grace period.
+    Disconnected(DisconnectReason),
+    /// The client sent nothing, not even a ping, for the idle timeout.
+    IdleTimeout,
+    /// One of the call's actors failed.
+    ChildFailed(Child),
+    /// The call could not start, or its supervisor failed without closing the socket.
+    Failed,
+}
+
+/// Why the server sent `disconnect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisconnectReason {
+    /// The `open` offered no media this server accepts.
+    UnsupportedMedia,
+    /// The organisation's transcription quota is used up (at `open` or at a quota check).
+    QuotaExhausted,
+    /// The client broke the protocol.
+    ProtocolError,
+}
+
+/// The `disconnect` info when the transcription quota is used up (fixed by the contract).
+pub const QUOTA_INFO: &str = "Transcription quota exhausted for this plan";
+/// The `disconnect` info when no offered media is supported.
+pub const MEDIA_INFO: &str =
+    "No supported audio format offered: this server accepts PCMU or L16 at 8000 Hz, 1 or 2 channels";
+
+/// A child actor of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Child {
+    /// Splits frames into channels.
+    Deinterleaver,
+    /// Transcribes the channel with this index.
+    Transcriber(usize),
+    /// Runs the intent analysis.
+    Intent,
+}
+
+impl std::fmt::Display for Child {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Child::Deinterleaver => f.write_str("deinterleaver"),
+            Child::Transcriber(channel) => write!(f, "transcriber {channel}"),
+            Child::Intent => f.write_str("intent"),
+        }
+    }
+}
+
+impl std::fmt::Display for CallEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallEnd::Closed => f.write_str("closed by the client"),
+            CallEnd::ClientGone => f.write_str("client went away"),
+            CallEnd::Disconnected(DisconnectReason::UnsupportedMedia) => {
+                f.write_str("disconnected: no supported media")
+            }
+            CallEnd::Disconnected(DisconnectReason::QuotaExhausted) => {
+                f.write_str("disconnected: quota exhausted")
+            }
+            CallEnd::Disconnected(DisconnectReason::ProtocolError) => {
+                f.write_str("disconnected: protocol error")
+            }
+            CallEnd::IdleTimeout => f.write_str("idle timeout"),
+            CallEnd::ChildFailed(child) => write!(f, "{child} failed"),
+            CallEnd::Failed => f.write_str("call failed"),
+        }
+    }
+}

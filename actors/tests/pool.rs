@@ -1,0 +1,172 @@
+//! The ASR worker pool's rules, on the scripted engine: live work before file work, file work
+//! batched by language, a full live queue refusing at once and handing the job back, load
+//! errors reported. A closed gate holds the worker in a decode, so what is queued meanwhile is
+//! known exactly; nothing here depends on timing.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use callstream_actors::asr::pool::{AsrPool, Job, PoolConfig};
+use callstream_actors::asr::scripted::{Gate, ScriptedEngine};
+use callstream_actors::asr::AsrError;
+
+/// A pool of one worker on a scripted engine held at `gate`.
+fn pool(gate: &Gate, config: PoolConfig) -> (AsrPool, ScriptedEngine) {
+    let engine = ScriptedEngine::default().with_gate(gate.clone());
+    let made = engine.clone();
+    let pool = AsrPool::start(config, move |_| Ok(made.boxed())).unwrap();
+    (pool, engine)
+}
+
+fn one_worker(live_queue: usize) -> PoolConfig {
+    PoolConfig {
+        workers: 1,
+        max_batch: 4,
+        live_queue,
+        file_queue: 16,
+    }
+}
+
+/// Records the order in which jobs finish.
+#[derive(Clone)]
+struct Order {
+    done: Arc<Mutex<Vec<&'static str>>>,
+    tx: mpsc::Sender<()>,
+}
+
+impl Order {
+    fn new() -> (Self, mpsc::Receiver<()>) {
+        let (tx, rx) = mpsc::channel();
+        (
+            Self {
+                done: Arc::default(),
+                tx,
+            },
+            rx,
+        )
+    }
+
+    fn job(&self, name: &'static str, language: &str) -> Job {
+        let this = self.clone();
+        Job {
+            audio: vec![0.1; 16_000],
+            language: language.to_owned(),
+            reply: Box::new(move |r| {
+                r.unwrap();
+                this.done.lock().unwrap().push(name);
+                this.tx.send(()).unwrap();
+            }),
+        }
+    }
+}
+
+fn wait(rx: &mpsc::Receiver<()>, n: usize) {
+    for _ in 0..n {
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    }
+}
+
+#[test]
+fn live_work_is_served_before_file_work_and_file_work_is_batched() {
+    let gate = Gate::closed();
+    let (pool, engine) = pool(&gate, one_worker(4));
+    let (order, rx) = Order::new();
+    // The one worker takes the first file job and is held in it; meanwhile more file work and
+    // then live work queue up.
+    pool.submit_file(order.job("file-0", "en")).unwrap();
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    pool.submit_file(order.job("file-1", "en")).unwrap();
+    pool.submit_file(order.job("file-2", "en")).unwrap();
+    pool.submit_live(order.job("live-0", "en")).unwrap();
+    gate.open();
+    wait(&rx, 4);
+    assert_eq!(
+        *order.done.lock().unwrap(),
+        ["file-0", "live-0", "file-1", "file-2"]
+    );
+    let snap = pool.snapshot();
+    assert_eq!(snap.utterances, 4);
+    assert_eq!(
+        snap.batches, 3,
+        "file-1 and file-2 share a decode: {snap:?}"
+    );
+    assert_eq!(engine.decoded(), 4);
+}
+
+#[test]
+fn file_work_of_another_language_is_decoded_on_its_own() {
+    let gate = Gate::closed();
+    let (pool, _) = pool(&gate, one_worker(4));
+    let (order, rx) = Order::new();
+    pool.submit_file(order.job("en-0", "en")).unwrap();
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    for (name, language) in [("en-1", "en"), ("de-0", "de"), ("en-2", "en")] {
+        pool.submit_file(order.job(name, language)).unwrap();
+    }
+    gate.open();
+    wait(&rx, 4);
+    assert_eq!(
+        *order.done.lock().unwrap(),
+        ["en-0", "en-1", "de-0", "en-2"]
+    );
+    assert_eq!(pool.snapshot().batches, 4);
+}
+
+#[test]
+fn a_full_live_queue_refuses_at_once_and_hands_the_job_back() {
+    let gate = Gate::closed();
+    let (pool, _) = pool(&gate, one_worker(2));
+    let (order, rx) = Order::new();
+    pool.submit_live(order.job("taken", "en")).unwrap();
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    pool.submit_live(order.job("queued-0", "en")).unwrap();
+    pool.submit_live(order.job("queued-1", "en")).unwrap();
+    let refused = pool
+        .submit_live(order.job("refused", "en"))
+        .expect_err("the live queue is full");
+    assert!(!refused.stopped);
+    assert_eq!(
+        refused.job.audio.len(),
+        16_000,
+        "the job comes back untouched"
+    );
+    assert_eq!(pool.snapshot().live_rejected, 1);
+    assert_eq!(pool.snapshot().live_queued, 2);
+    gate.open();
+    wait(&rx, 3);
+    // Offered again once there is room, it is taken.
+    pool.submit_live(refused.job).unwrap();
+    wait(&rx, 1);
+    assert_eq!(order.done.lock().unwrap().last(), Some(&"refused"));
+}
+
+#[test]
+fn an_unknown_language_fails_its_job_and_the_worker_carries_on() {
+    let gate = Gate::default();
+    let (pool, _) = pool(&gate, one_worker(4));
+    let (tx, rx) = mpsc::channel();
+    pool.submit_live(Job {
+        audio: vec![0.1; 1600],
+        language: "xx".into(),
+        reply: Box::new(move |r| tx.send(r.map(|t| t.text)).unwrap()),
+    })
+    .unwrap();
+    let result = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(matches!(result, Err(AsrError::Engine(_))), "{result:?}");
+    let (order, rx) = Order::new();
+    pool.submit_live(order.job("after", "en")).unwrap();
+    wait(&rx, 1);
+}
+
+#[test]
+fn a_failed_engine_load_is_reported() {
+    let err = AsrPool::start(one_worker(4), |i| {
+        Err(AsrError::Load {
+            path: format!("worker {i}"),
+            message: "no model here".into(),
+        })
+    })
+    .unwrap_err();
+    assert!(matches!(err, AsrError::Load { .. }), "{err}");
+}

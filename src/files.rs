@@ -1,0 +1,327 @@
+//! File transcription, the use case: an audio file in; its transcript, timed segments per
+//! channel and the analyses asked for out, metered when someone pays for it.
+//!
+//! `POST /api/transcribe` and `callstream transcribe` both run [`transcribe`]; the route only
+//! reads the form and writes the JSON, the CLI only reads the file and prints.
+//!
+//! Order of work, cheapest refusal first: the language, decoding (unsupported format, damaged
+//! or empty audio), the quota left against the file's duration, then the speech workers, the
+//! analyses and the usage record. Nothing is billed unless all of it succeeds.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use callstream_actors::asr::file::{transcribe_channels, FileSegment};
+use callstream_actors::asr::pool::AsrPool;
+use callstream_actors::asr::{AsrError, Language, Word};
+use callstream_actors::audio::decode::{decode, DecodeError, OUTPUT_RATE};
+use callstream_actors::audio::vad::VadConfig;
+use callstream_actors::transcript::{dialogue, round3, speaker_label};
+use callstream_actors::usage::{Allowance, UsageError, UsageKind, UsageSource};
+
+use crate::auth::{AuthError, Authenticator, Caller};
+use crate::llm::profiles::{analyse, ProfileKind};
+use crate::llm::{LlmError, Provider};
+use crate::store::Store;
+
+/// One file to transcribe.
+#[derive(Debug)]
+pub struct FileRequest {
+    /// The file's bytes.
+    pub bytes: Vec<u8>,
+    /// Its file-name extension, lower case, as a hint for the container.
+    pub extension: Option<String>,
+    /// Language code (`en`); must be one the speech model accepts.
+    pub language: String,
+    /// Which analyses to run over the transcript.
+    pub analyses: Analyses,
+}
+
+/// Analyses of a transcript.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Analyses {
+    /// Customer intent.
+    pub intent: bool,
+    /// A BANT record.
+    pub bant: bool,
+    /// A NEAT-P record.
+    pub neat_p: bool,
+}
+
+/// What transcribing a file needs.
+#[derive(Clone)]
+pub struct FileEngines {
+    /// The speech workers.
+    pub pool: Arc<AsrPool>,
+    /// Languages of the speech model.
+    pub languages: Arc<Vec<Language>>,
+    /// Utterance segmentation.
+    pub vad: VadConfig,
+    /// Speaker role of each channel of a multi-channel file, in channel order.
+    pub channel_roles: Vec<String>,
+    /// The language model, needed only when analyses are asked for.
+    pub llm: Option<Arc<dyn Provider>>,
+}
+
+/// Who pays for a file: it is checked against their quota before the work and billed after.
+pub struct Payer {
+    /// Quotas.
+    pub auth: Arc<Authenticator>,
+    /// The ledger.
+    pub store: Arc<dyn Store>,
+    /// The caller.
+    pub caller: Caller,
+    /// Opaque end-user id recorded with the usage.
+    pub end_user: Option<String>,
+}
+
+/// Progress of the speech work: (utterances done, utterances in all).
+pub type Progress = Box<dyn FnMut(usize, usize) + Send>;
+
+/// One timed segment of the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Segment {
+    /// Position in the transcript.
+    pub id: usize,
+    /// Seconds from the start of the file.
+    pub start: f64,
+    /// Seconds from the start of the file.
+    pub end: f64,
+    /// The text.
+    pub text: String,
+    /// Channel index.
+    pub channel: usize,
+    /// The channel's speaker role (`speaker` for a one-channel file).
+    pub speaker: String,
+    /// 0 to 1.
+    pub confidence: f64,
+    /// Words with times from the start of the file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub words: Vec<Word>,
+}
+
+/// A transcribed file (the body of `POST /api/transcribe`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FileTranscript {
+    /// The whole transcript, segment texts joined with spaces.
+    pub text: String,
+    /// Language code used.
+    pub language: String,
+    /// Seconds of audio (per channel).
+    pub duration: f64,
+    /// Channels in the file.
+    pub channels: usize,
+    /// Segments in time order.
+    pub segments: Vec<Segment>,
+    /// The customer's intent, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent: Option<Value>,
+    /// The BANT record, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bant: Option<Value>,
+    /// The NEAT-P record, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neat_p: Option<Value>,
+}
+
+/// Why a file could not be transcribed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The language is not one the speech model accepts.
+    #[error("language {given:?} is not supported; GET /api/languages lists {known}")]
+    Language {
+        /// What was asked for.
+        given: String,
+        /// The codes accepted, comma separated.
+        known: String,
+    },
+    /// The container or codec is not one we decode.
+    #[error("unsupported audio format: {0}")]
+    Unsupported(String),
+    /// The audio is damaged or holds nothing.
+    #[error("{0}")]
+    InvalidAudio(String),
+    /// The payer's quota does not cover the file.
+    #[error("the file is {:.2} audio-minutes; {:.2} remain this month", *.duration_ms as f64 / 60_000.0, *.left_ms as f64 / 60_000.0)]
+    QuotaTooSmall {
+        /// The file's duration.
+        duration_ms: u64,
+        /// What is left of the quota.
+        left_ms: u64,
+    },
+    /// The quota could not be read.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The speech engine failed.
+    #[error("speech engine: {0}")]
+    Speech(#[from] AsrError),
+    /// An analysis failed.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// Analyses were asked for but no language model is loaded.
+    #[error("no language model is loaded for the analyses")]
+    NoModel,
+    /// The usage could not be recorded; the answer is withheld.
+    #[error("usage could not be recorded: {0}")]
+    Billing(#[from] UsageError),
+    /// A worker task failed (a bug).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Transcribes `request` with `engines`, checking the quota of and billing `payer` when there
+/// is one, reporting speech progress to `progress`.
+pub async fn transcribe(
+    engines: &FileEngines,
+    request: FileRequest,
+    payer: Option<&Payer>,
+    progress: Option<Progress>,
+) -> Result<FileTranscript, FileError> {
+    let FileRequest {
+        bytes,
+        extension,
+        language,
+        analyses,
+    } = request;
+    if !engines.languages.iter().any(|l| l.code == language) {
+        let known: Vec<&str> = engines.languages.iter().map(|l| l.code.as_str()).collect();
+        return Err(FileError::Language {
+            given: language,
+            known: known.join(", "),
+        });
+    }
+    let needs_model = analyses != Analyses::default();
+    if needs_model && engines.llm.is_none() {
+        return Err(FileError::NoModel);
+    }
+    let audio =
+        tokio::task::spawn_blocking(move || decode(bytes, extension.as_deref(), OUTPUT_RATE))
+            .await
+            .map_err(|e| FileError::Internal(e.to_string()))?
+            .map_err(|e| match e {
+                DecodeError::Unsupported(m) => FileError::Unsupported(m),
+                other => FileError::InvalidAudio(other.to_string()),
+            })?;
+    let duration_ms = (audio.duration_secs() * 1000.0).round() as u64;
+    if duration_ms == 0 {
+        return Err(FileError::InvalidAudio("the file holds no audio".into()));
+    }
+    if let Some(payer) = payer {
+        // A file longer than what is left of the quota is refused whole: it would be
+        // transcribed and then not billable.
+        let allowance =
+            payer
+                .auth
+                .allowance(&payer.caller, UsageKind::AudioMs, crate::clock::now_ms())?;
+        if let Allowance::Remaining(left_ms) = allowance {
+            if left_ms < duration_ms {
+                return Err(FileError::QuotaTooSmall {
+                    duration_ms,
+                    left_ms,
+                });
+            }
+        }
+    }
+
+    let started = Instant::now();
+    let channels = audio.channels.len();
+    let (pool, vad, lang) = (engines.pool.clone(), engines.vad, language.clone());
+    let mut progress = progress.unwrap_or_else(|| Box::new(|_, _| {}));
+    let found = tokio::task::spawn_blocking(move || {
+        transcribe_channels(&pool, &audio.channels, &lang, vad, &mut *progress)
+    })
+    .await
+    .map_err(|e| FileError::Internal(e.to_string()))??;
+    let transcribed = started.elapsed();
+
+    let speaker = |c: usize| {
+        if channels > 1 {
+            engines
+                .channel_roles
+                .get(c)
+                .cloned()
+                .unwrap_or_else(|| format!("channel {c}"))
+        } else {
+            "speaker".to_owned()
+        }
+    };
+    let segments: Vec<Segment> = found
+        .into_iter()
+        .enumerate()
+        .map(|(id, s): (usize, FileSegment)| Segment {
+            id,
+            start: round3(s.start),
+            end: round3(s.end),
+            speaker: speaker(s.channel),
+            channel: s.channel,
+            confidence: round3(f64::from(s.confidence)),
+            words: s.words,
+            text: s.text,
+        })
+        .collect();
+
+    let started_analysis = Instant::now();
+    let (mut intent, mut bant, mut neat_p) = (None, None, None);
+    if let Some(llm) = engines.llm.as_ref().filter(|_| needs_model) {
+        let labels: Vec<String> = segments.iter().map(|s| speaker_label(&s.speaker)).collect();
+        let spoken = dialogue(
+            segments
+                .iter()
+                .zip(&labels)
+                .map(|(s, label)| (label.as_str(), s.text.as_str())),
+        );
+        let transcript = if spoken.is_empty() {
+            "(no speech)".to_owned()
+        } else {
+            spoken
+        };
+        let run = |kind| analyse(llm.as_ref(), kind, &transcript);
+        if analyses.intent {
+            intent = Some(run(ProfileKind::Intent).await?.0);
+        }
+        if analyses.bant {
+            bant = Some(run(ProfileKind::Bant).await?.0);
+        }
+        if analyses.neat_p {
+            neat_p = Some(run(ProfileKind::NeatP).await?.0);
+        }
+    }
+    tracing::info!(
+        audio_s = duration_ms as f64 / 1000.0,
+        channels,
+        transcription_s = transcribed.as_secs_f64(),
+        analysis_s = started_analysis.elapsed().as_secs_f64(),
+        "file transcribed"
+    );
+
+    if let Some(payer) = payer {
+        crate::usage::record(
+            payer.store.clone(),
+            &payer.caller.account(),
+            UsageKind::AudioMs,
+            duration_ms,
+            UsageSource::Transcribe,
+            payer.end_user.clone(),
+        )
+        .await?;
+    }
+
+    let text = segments
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok(FileTranscript {
+        text,
+        language,
+        duration: duration_ms as f64 / 1000.0,
+        channels,
+        segments,
+        intent,
+        bant,
+        neat_p,
+    })
+}
