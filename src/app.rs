@@ -32,13 +32,20 @@ pub struct App {
     pub asr: Arc<callstream_actors::asr::pool::AsrPool>,
     /// Live calls: connector authentication, billing, intent analysis.
     pub calls: Arc<crate::calls::Calls>,
+    /// Caps on sessions and calls held open at once per key, connector and organisation.
+    pub slots: Arc<crate::auth::slots::Slots>,
     /// Dashboard sign-in sessions.
     pub sessions: Arc<crate::auth::sessions::Sessions>,
+    /// What guards the dashboard's sign-in form.
+    pub sign_in: Arc<crate::auth::sessions::SignIn>,
 }
 
 /// Why the service could not be put together.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// A setting is unusable.
+    #[error("configuration: {0}")]
+    Config(String),
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] crate::store::OpenError),
@@ -61,6 +68,7 @@ impl App {
             languages: self.languages.clone(),
             vad: self.config.vad.config(),
             channel_roles: self.config.transcribe.channel_roles.clone(),
+            max_duration_s: self.config.transcribe.max_duration_s,
             llm: Some(self.llm.clone()),
         }
     }
@@ -77,10 +85,14 @@ impl App {
             ChatSettings {
                 max_tool_iterations: config.llm.max_tool_iterations,
                 mcp_timeout: std::time::Duration::from_millis(config.llm.mcp_timeout_ms),
+                mcp_policy: crate::llm::mcp::McpPolicy::new(&config.llm.mcp_allow)
+                    .map_err(OpenError::Config)?,
             },
         );
         Ok(Self {
+            slots: Arc::default(),
             sessions: Arc::default(),
+            sign_in: Arc::new(crate::auth::sessions::SignIn::new(&config.dashboard)),
             calls: Arc::new(crate::calls::Calls::new(
                 config.clone(),
                 store.clone(),

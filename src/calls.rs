@@ -81,6 +81,7 @@ impl Calls {
             quota_check: Duration::from_millis(c.quota_check_ms),
             disconnect_grace: Duration::from_millis(c.disconnect_grace_ms),
             idle_timeout: Duration::from_millis(c.idle_timeout_ms),
+            probe_timeout: Duration::from_millis(c.probe_timeout_ms),
             max_held_utterances: c.max_held_utterances,
             external_label: c.external_label.clone(),
             internal_label: c.internal_label.clone(),
@@ -165,7 +166,11 @@ impl Calls {
             return Err(HandshakeError::UnknownConnector);
         };
         let nonce = verified.nonce.unwrap_or_default();
-        let until = verified.created.unwrap_or(now) + policy.max_age_s.unwrap_or(0) + policy.skew_s;
+        let until = verified
+            .created
+            .unwrap_or(now)
+            .saturating_add(policy.max_age_s.unwrap_or(0))
+            .saturating_add(policy.skew_s);
         self.nonces
             .check_and_insert(&client_id, &nonce, now, until)?;
         Ok(Account {

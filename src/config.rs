@@ -39,6 +39,10 @@ pub struct Config {
     pub vad: VadSettings,
     /// Live calls over AudioHook.
     pub calls: CallsConfig,
+    /// Realtime chat sessions.
+    pub realtime: RealtimeConfig,
+    /// The web dashboard.
+    pub dashboard: DashboardConfig,
     /// Service-wide limits.
     pub limits: LimitsConfig,
     /// Plans by name.
@@ -53,6 +57,39 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// The service's address as clients see it, `http(s)://host[:port]`.
     pub public_url: String,
+    /// Open client connections; past this, new ones are answered 503 and closed.
+    pub max_connections: usize,
+    /// A client must send a request's headers within this long (also how long an idle
+    /// keep-alive connection is kept).
+    pub header_read_timeout_ms: u64,
+}
+
+/// `[realtime]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RealtimeConfig {
+    /// Largest client frame, in bytes.
+    pub max_frame_bytes: usize,
+    /// Sessions open at once per API key.
+    pub max_sessions_per_key: usize,
+    /// A session with no client frame and no turn in progress for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// A client that reads nothing of what it is sent for this long has gone.
+    pub write_timeout_ms: u64,
+}
+
+/// `[dashboard]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DashboardConfig {
+    /// Sign-in attempts per minute from one address.
+    pub sign_in_per_minute_per_address: u32,
+    /// Sign-in attempts per minute for one account (email).
+    pub sign_in_per_minute_per_account: u32,
+    /// Password hashes computed at once (each takes about 19 MiB and a core for a moment).
+    pub password_workers: usize,
+    /// Sign-ins waiting for a password worker; past this they are refused with 503.
+    pub password_queue: usize,
 }
 
 /// `[storage]`.
@@ -101,6 +138,8 @@ pub struct LlmConfig {
     pub max_tool_iterations: usize,
     /// Timeout of each MCP step, in milliseconds.
     pub mcp_timeout_ms: u64,
+    /// Non-public addresses (CIDR) and host names an MCP server may have anyway.
+    pub mcp_allow: Vec<String>,
     /// The upstream API.
     pub upstream: UpstreamSettings,
 }
@@ -155,6 +194,8 @@ impl AsrConfig {
 pub struct TranscribeConfig {
     /// Largest upload in MiB.
     pub max_upload_mb: u64,
+    /// Longest recording accepted, in seconds.
+    pub max_duration_s: f64,
     /// Speaker role of each channel, in channel order.
     pub channel_roles: Vec<String>,
 }
@@ -225,6 +266,14 @@ pub struct CallsConfig {
     pub external_label: String,
     /// See `external_label`.
     pub internal_label: String,
+    /// Calls in progress at once per connector.
+    pub max_calls_per_connector: usize,
+    /// Calls in progress at once per organisation.
+    pub max_calls_per_org: usize,
+    /// A client that reads nothing of what it is sent for this long has gone: the call ends.
+    pub write_timeout_ms: u64,
+    /// A connection probe (nil conversation and participant) is closed after this long.
+    pub probe_timeout_ms: u64,
 }
 
 /// `[limits]`.
@@ -348,6 +397,38 @@ impl Config {
                 "calls: quota_check_ms, billing_flush_ms and idle_timeout_ms must be at least 100, \
                  inbound_frames and outbound_messages at least 1, max_frame_bytes at least 1024"
                     .into(),
+            ));
+        }
+        let r = &self.realtime;
+        if r.max_frame_bytes < 1024
+            || r.max_sessions_per_key == 0
+            || r.idle_timeout_ms < 1000
+            || r.write_timeout_ms < 100
+            || c.max_calls_per_connector == 0
+            || c.max_calls_per_org == 0
+            || c.write_timeout_ms < 100
+            || c.probe_timeout_ms < 100
+            || self.server.max_connections == 0
+            || self.server.header_read_timeout_ms < 100
+        {
+            return Err(invalid(
+                "limits must be positive: realtime.max_frame_bytes at least 1024, \
+                 idle_timeout_ms at least 1000, timeouts at least 100 ms, caps at least 1"
+                    .into(),
+            ));
+        }
+        let d = &self.dashboard;
+        if d.sign_in_per_minute_per_address == 0
+            || d.sign_in_per_minute_per_account == 0
+            || d.password_workers == 0
+        {
+            return Err(invalid(
+                "dashboard: sign-in rates and password_workers must be at least 1".into(),
+            ));
+        }
+        if !(self.transcribe.max_duration_s.is_finite() && self.transcribe.max_duration_s >= 1.0) {
+            return Err(invalid(
+                "transcribe.max_duration_s must be a number of seconds, at least 1".into(),
             ));
         }
         if let Some((name, _)) = self.plans.iter().find(|(_, p)| p.rpm == 0) {

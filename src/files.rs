@@ -4,9 +4,12 @@
 //! `POST /api/transcribe` and `callstream transcribe` both run [`transcribe`]; the route only
 //! reads the form and writes the JSON, the CLI only reads the file and prints.
 //!
-//! Order of work, cheapest refusal first: the language, decoding (unsupported format, damaged
-//! or empty audio), the quota left against the file's duration, then the speech workers, the
-//! analyses and the usage record. Nothing is billed unless all of it succeeds.
+//! Order of work, cheapest refusal first: the language; the quota left; what the container
+//! declares (format, sample rate, channels, duration against `transcribe.max_duration_s` and
+//! against the quota left); then the file is decoded and transcribed as a stream, stopping as
+//! soon as it runs past either limit; then the analyses and the usage record. Nothing is billed
+//! unless all of it succeeds. Memory for one file is bounded whatever its length (see
+//! `callstream_actors::asr::file`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,10 +17,10 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use callstream_actors::asr::file::{transcribe_channels, FileSegment};
+use callstream_actors::asr::file::{transcribe_file, FileSegment, TranscribeError};
 use callstream_actors::asr::pool::AsrPool;
 use callstream_actors::asr::{AsrError, Language, Word};
-use callstream_actors::audio::decode::{decode, DecodeError, OUTPUT_RATE};
+use callstream_actors::audio::decode::{DecodeError, DecodeLimits, FileDecoder};
 use callstream_actors::audio::vad::VadConfig;
 use callstream_actors::transcript::{dialogue, round3, speaker_label};
 use callstream_actors::usage::{Allowance, UsageError, UsageKind, UsageSource};
@@ -62,6 +65,8 @@ pub struct FileEngines {
     pub vad: VadConfig,
     /// Speaker role of each channel of a multi-channel file, in channel order.
     pub channel_roles: Vec<String>,
+    /// Longest recording accepted, seconds.
+    pub max_duration_s: f64,
     /// The language model, needed only when analyses are asked for.
     pub llm: Option<Arc<dyn Provider>>,
 }
@@ -141,14 +146,22 @@ pub enum FileError {
     /// The container or codec is not one we decode.
     #[error("unsupported audio format: {0}")]
     Unsupported(String),
-    /// The audio is damaged or holds nothing.
+    /// The audio is damaged, holds nothing, or declares what we do not take (rate, channels).
     #[error("{0}")]
     InvalidAudio(String),
+    /// The recording is longer than `transcribe.max_duration_s`.
+    #[error("the recording is longer than the {limit_secs} s accepted{}", declared(*.declared_secs))]
+    TooLong {
+        /// The limit.
+        limit_secs: f64,
+        /// What the container declares, if anything.
+        declared_secs: Option<f64>,
+    },
     /// The payer's quota does not cover the file.
-    #[error("the file is {:.2} audio-minutes; {:.2} remain this month", *.duration_ms as f64 / 60_000.0, *.left_ms as f64 / 60_000.0)]
+    #[error("{}; {:.2} audio-minutes remain this month", file_minutes(*.declared_ms), *.left_ms as f64 / 60_000.0)]
     QuotaTooSmall {
-        /// The file's duration.
-        duration_ms: u64,
+        /// The file's duration, when the container declares it.
+        declared_ms: Option<u64>,
         /// What is left of the quota.
         left_ms: u64,
     },
@@ -170,6 +183,18 @@ pub enum FileError {
     /// A worker task failed (a bug).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn declared(secs: Option<f64>) -> String {
+    secs.map(|d| format!(" (the file declares {d:.0} s)"))
+        .unwrap_or_default()
+}
+
+fn file_minutes(ms: Option<u64>) -> String {
+    match ms {
+        Some(ms) => format!("the file is {:.2} audio-minutes", ms as f64 / 60_000.0),
+        None => "the file is longer than the quota left".to_owned(),
+    }
 }
 
 /// Transcribes `request` with `engines`, checking the quota of and billing `payer` when there
@@ -197,45 +222,65 @@ pub async fn transcribe(
     if needs_model && engines.llm.is_none() {
         return Err(FileError::NoModel);
     }
-    let audio =
-        tokio::task::spawn_blocking(move || decode(bytes, extension.as_deref(), OUTPUT_RATE))
-            .await
-            .map_err(|e| FileError::Internal(e.to_string()))?
-            .map_err(|e| match e {
-                DecodeError::Unsupported(m) => FileError::Unsupported(m),
-                other => FileError::InvalidAudio(other.to_string()),
-            })?;
-    let duration_ms = (audio.duration_secs() * 1000.0).round() as u64;
+    // What is left of the quota bounds the file as its longest accepted length does; the
+    // decoder stops at the smaller of the two.
+    let left_ms = match payer {
+        Some(payer) => {
+            match payer
+                .auth
+                .allowance(&payer.caller, UsageKind::AudioMs, crate::clock::now_ms())?
+            {
+                Allowance::Remaining(left) => Some(left),
+                Allowance::Unlimited => None,
+            }
+        }
+        None => None,
+    };
+    let quota_secs = left_ms.map(|ms| ms as f64 / 1000.0);
+    let limits = DecodeLimits {
+        max_secs: quota_secs.map_or(engines.max_duration_s, |q| q.min(engines.max_duration_s)),
+        ..DecodeLimits::default()
+    };
+    let started = Instant::now();
+    let (pool, vad, lang) = (engines.pool.clone(), engines.vad, language.clone());
+    let mut progress = progress.unwrap_or_else(|| Box::new(|_, _| {}));
+    let done = tokio::task::spawn_blocking(move || {
+        let decoder = FileDecoder::open(bytes, extension.as_deref(), limits)?;
+        transcribe_file(&pool, decoder, &lang, vad, &mut *progress)
+    })
+    .await
+    .map_err(|e| FileError::Internal(e.to_string()))?;
+    let transcription = match done {
+        Ok(t) => t,
+        Err(TranscribeError::Decode(DecodeError::TooLong { declared_secs, .. })) => {
+            // Which limit was passed: the quota's, when it is the smaller one and the file is
+            // not also over the longest accepted length.
+            let by_quota = quota_secs.is_some_and(|q| q < engines.max_duration_s)
+                && declared_secs.is_none_or(|d| d <= engines.max_duration_s);
+            return Err(match (by_quota, left_ms) {
+                (true, Some(left_ms)) => FileError::QuotaTooSmall {
+                    declared_ms: declared_secs.map(|d| (d * 1000.0).round() as u64),
+                    left_ms,
+                },
+                _ => FileError::TooLong {
+                    limit_secs: engines.max_duration_s,
+                    declared_secs,
+                },
+            });
+        }
+        Err(TranscribeError::Decode(DecodeError::Unsupported(m))) => {
+            return Err(FileError::Unsupported(m))
+        }
+        Err(TranscribeError::Decode(e)) => return Err(FileError::InvalidAudio(e.to_string())),
+        Err(TranscribeError::Asr(e)) => return Err(FileError::Speech(e)),
+    };
+    let transcribed = started.elapsed();
+    let duration_ms = (transcription.duration_secs * 1000.0).round() as u64;
     if duration_ms == 0 {
         return Err(FileError::InvalidAudio("the file holds no audio".into()));
     }
-    if let Some(payer) = payer {
-        // A file longer than what is left of the quota is refused whole: it would be
-        // transcribed and then not billable.
-        let allowance =
-            payer
-                .auth
-                .allowance(&payer.caller, UsageKind::AudioMs, crate::clock::now_ms())?;
-        if let Allowance::Remaining(left_ms) = allowance {
-            if left_ms < duration_ms {
-                return Err(FileError::QuotaTooSmall {
-                    duration_ms,
-                    left_ms,
-                });
-            }
-        }
-    }
-
-    let started = Instant::now();
-    let channels = audio.channels.len();
-    let (pool, vad, lang) = (engines.pool.clone(), engines.vad, language.clone());
-    let mut progress = progress.unwrap_or_else(|| Box::new(|_, _| {}));
-    let found = tokio::task::spawn_blocking(move || {
-        transcribe_channels(&pool, &audio.channels, &lang, vad, &mut *progress)
-    })
-    .await
-    .map_err(|e| FileError::Internal(e.to_string()))??;
-    let transcribed = started.elapsed();
+    let channels = transcription.channels;
+    let found = transcription.segments;
 
     let speaker = |c: usize| {
         if channels > 1 {
@@ -273,12 +318,7 @@ pub async fn transcribe(
                 .zip(&labels)
                 .map(|(s, label)| (label.as_str(), s.text.as_str())),
         );
-        let transcript = if spoken.is_empty() {
-            "(no speech)".to_owned()
-        } else {
-            spoken
-        };
-        let run = |kind| analyse(llm.as_ref(), kind, &transcript);
+        let run = |kind| analyse(llm.as_ref(), kind, &spoken);
         if analyses.intent {
             intent = Some(run(ProfileKind::Intent).await?.0);
         }

@@ -17,6 +17,7 @@ pub mod files;
 pub mod http;
 pub mod live;
 pub mod llm;
+pub mod peer;
 pub mod server;
 pub mod speech;
 pub mod store;

@@ -174,6 +174,12 @@ enum ConnectorCommand {
 }
 
 fn main() -> ExitCode {
+    // Everything this process creates (the database, keys, the admin socket) is its user's
+    // alone: files 0600, directories 0700, whatever the libraries that create them ask for.
+    // SAFETY: umask only sets the process's file-mode mask; no thread exists yet to race it.
+    unsafe {
+        libc::umask(0o077);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

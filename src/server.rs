@@ -1,8 +1,19 @@
 //! Running the service: the HTTP listener and the admin socket, with graceful shutdown.
+//!
+//! The listener is bounded: at most `server.max_connections` client connections are open at
+//! once (a connection past that is answered 503 and closed at once), and a client must send
+//! each request's headers within `server.header_read_timeout_ms` (slow-header attacks).
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::admin::socket;
@@ -41,18 +52,47 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
     let admin = tokio::spawn(socket::serve(admin_listener, app.admin.clone()));
     let calls = app.calls.clone();
     let (shutdown, signal) = oneshot::channel::<()>();
-    let (addr, serving) = warp::serve(crate::http::routes(app))
-        .try_bind_with_graceful_shutdown(addr, async {
-            let _ = signal.await;
-        })
-        .map_err(|e| {
-            admin.abort();
-            ServeError::Bind {
-                addr,
-                message: e.to_string(),
-            }
-        })?;
-    let http = tokio::spawn(serving);
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        admin.abort();
+        ServeError::Bind {
+            addr,
+            message: e.to_string(),
+        }
+    })?;
+    let addr = listener.local_addr().map_err(|e| ServeError::Bind {
+        addr,
+        message: e.to_string(),
+    })?;
+    let limits = Arc::new(Semaphore::new(app.config.server.max_connections));
+    let header_timeout = Duration::from_millis(app.config.server.header_read_timeout_ms);
+    let routes = crate::http::routes(app);
+    let make_service = warp::hyper::service::make_service_fn(move |conn: &Conn| {
+        let service = warp::service(routes.clone());
+        let peer = conn.stream.peer_addr().ok().map(crate::peer::PeerAddr);
+        async move {
+            Ok::<_, Infallible>(warp::hyper::service::service_fn(
+                move |mut request: warp::hyper::Request<warp::hyper::Body>| {
+                    if let Some(peer) = peer {
+                        request.extensions_mut().insert(peer);
+                    }
+                    warp::hyper::service::Service::call(&mut service.clone(), request)
+                },
+            ))
+        }
+    });
+    let serving = warp::hyper::Server::builder(warp::hyper::server::accept::from_stream(incoming(
+        listener, limits,
+    )))
+    .http1_header_read_timeout(header_timeout)
+    .serve(make_service)
+    .with_graceful_shutdown(async {
+        let _ = signal.await;
+    });
+    let http = tokio::spawn(async move {
+        if let Err(e) = serving.await {
+            tracing::error!(error = %e, "the HTTP server stopped");
+        }
+    });
     tracing::info!(%addr, "listening");
     Ok(Server {
         addr,
@@ -60,6 +100,85 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
         http,
         admin,
         calls,
+    })
+}
+
+/// A client connection holding its place under `server.max_connections`.
+struct Conn {
+    stream: TcpStream,
+    _place: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// What a connection past the cap is told before it is closed.
+const FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
+Retry-After: 1\r\nConnection: close\r\nContent-Length: 94\r\n\r\n\
+{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the server has too many open connections\"}}";
+
+/// Accepted connections, each with its place under the cap. Accept errors (out of file
+/// descriptors, say) are logged and retried: they must not stop the server.
+fn incoming(
+    listener: TcpListener,
+    places: Arc<Semaphore>,
+) -> impl futures_util::Stream<Item = Result<Conn, Infallible>> {
+    futures_util::stream::unfold((listener, places), |(listener, places)| async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            match places.clone().try_acquire_owned() {
+                Ok(place) => {
+                    let conn = Conn {
+                        stream,
+                        _place: place,
+                    };
+                    return Some((Ok(conn), (listener, places)));
+                }
+                Err(_) => {
+                    tokio::spawn(async move {
+                        let mut stream = stream;
+                        let answer = async {
+                            stream.write_all(FULL).await?;
+                            stream.shutdown().await
+                        };
+                        let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+                    });
+                }
+            }
+        }
     })
 }
 

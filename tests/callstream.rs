@@ -221,6 +221,15 @@ fn of_type<'a>(messages: &'a [Value], kind: &'a str) -> Vec<&'a Value> {
     messages.iter().filter(|m| m["type"] == kind).collect()
 }
 
+/// The first `secs` seconds of the fixture call as interleaved stereo PCMU, as AudioHook sends it
+/// (the WAV's data chunk is exactly that).
+fn call_pcmu(secs: f64) -> Vec<u8> {
+    let bytes = std::fs::read(fixture(CALL)).unwrap();
+    let data = bytes.windows(4).position(|w| w == b"data").unwrap() + 8;
+    let len = ((secs * 16_000.0) as usize).min(bytes.len() - data);
+    bytes[data..data + len].to_vec()
+}
+
 /// Samples per channel of the fixture call, from its WAV header (8-bit PCMU, two channels).
 fn call_samples() -> u64 {
     let bytes = std::fs::read(fixture(CALL)).unwrap();
@@ -645,27 +654,56 @@ async fn analyze_requests_during_a_run_collapse_into_one_follow_up() {
     let mut c = Client::of(&headers);
     c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
     c.recv(&mut ws).await;
+    // Before anyone has spoken: the fixed answer, without asking the model.
+    c.send(&mut ws, "analyze", json!({})).await;
+    let first = c.recv(&mut ws).await;
+    assert_eq!(first["type"], "intent_update");
+    assert_eq!(
+        first["parameters"]["intent"]["intents"],
+        json!([{"intent": "other", "confidence": "low"}])
+    );
+    assert!(fake.seen().is_empty(), "the model was not asked");
+    // Speech (the call's first 12 s, sent at once); once a transcript is back, a burst of
+    // analyze requests while the first run is slow.
+    for frame in call_pcmu(12.0).chunks(3200) {
+        ws.send(Message::binary(frame.to_vec())).await.unwrap();
+    }
+    while c.recv(&mut ws).await["type"] != "event" {}
     for _ in 0..5 {
         c.send(&mut ws, "analyze", json!({})).await;
     }
-    for _ in 0..2 {
+    let mut updates = 0;
+    while updates < 2 {
         let u = c.recv(&mut ws).await;
+        if u["type"] == "event" {
+            continue;
+        }
         assert_eq!(u["type"], "intent_update");
         assert_eq!(
             u["parameters"]["intent"],
             serde_json::from_str::<Value>(INTENT).unwrap()
         );
+        updates += 1;
     }
     // Nothing more comes: the pong answers the next message.
     c.send(&mut ws, "ping", json!({})).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(c.recv(&mut ws).await["type"], "pong");
+    loop {
+        let m = c.recv(&mut ws).await;
+        if m["type"] != "event" {
+            assert_eq!(m["type"], "pong");
+            break;
+        }
+    }
     assert_eq!(fake.seen().len(), 2, "exactly one run and one follow-up");
     let prompt = fake.seen()[0].body["messages"][1]["content"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(prompt.contains("(no speech yet)"), "{prompt}");
+    assert!(
+        prompt.contains("Customer: ") || prompt.contains("Agent: "),
+        "{prompt}"
+    );
 
     // With audio, the analysis reads the transcript so far, labelled by leg; a failed
     // analysis is answered with an error and the call goes on.

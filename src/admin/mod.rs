@@ -15,8 +15,9 @@ use crate::config::Config;
 use crate::store::{new_id, ApiKey, Connector, Org, Store, StoreError};
 use crate::usage::{Quotas, UsageReport};
 
-/// One administrative operation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One administrative operation. `Debug` (what the logs show) leaves passwords out; MCP
+/// header values are left out by [`crate::store::McpIntegration`]'s own `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AdminRequest {
     /// Create an organisation on a plan (the default plan when `None`).
@@ -100,6 +101,61 @@ pub enum AdminRequest {
         /// Organisation id.
         org: String,
     },
+}
+
+impl std::fmt::Debug for AdminRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use AdminRequest as R;
+        match self {
+            R::OrgCreate { name, plan } => f
+                .debug_struct("OrgCreate")
+                .field("name", name)
+                .field("plan", plan)
+                .finish(),
+            R::OrgList => f.write_str("OrgList"),
+            R::OrgDelete { org } => f.debug_struct("OrgDelete").field("org", org).finish(),
+            R::OrgSetPrompt { org, system_prompt } => f
+                .debug_struct("OrgSetPrompt")
+                .field("org", org)
+                .field(
+                    "prompt_chars",
+                    &system_prompt.as_ref().map(|p| p.chars().count()),
+                )
+                .finish(),
+            R::OrgSetMcp { org, mcp } => f
+                .debug_struct("OrgSetMcp")
+                .field("org", org)
+                .field("mcp", mcp)
+                .finish(),
+            R::KeyCreate { org, name } => f
+                .debug_struct("KeyCreate")
+                .field("org", org)
+                .field("name", name)
+                .finish(),
+            R::KeyList { org } => f.debug_struct("KeyList").field("org", org).finish(),
+            R::KeyRevoke { key } => f.debug_struct("KeyRevoke").field("key", key).finish(),
+            R::ConnectorCreate { org, name } => f
+                .debug_struct("ConnectorCreate")
+                .field("org", org)
+                .field("name", name)
+                .finish(),
+            R::ConnectorList { org } => f.debug_struct("ConnectorList").field("org", org).finish(),
+            R::ConnectorRotate { client_id } => f
+                .debug_struct("ConnectorRotate")
+                .field("client_id", client_id)
+                .finish(),
+            R::ConnectorRevoke { client_id } => f
+                .debug_struct("ConnectorRevoke")
+                .field("client_id", client_id)
+                .finish(),
+            R::UserCreate { org, email, .. } => f
+                .debug_struct("UserCreate")
+                .field("org", org)
+                .field("email", email)
+                .finish_non_exhaustive(),
+            R::Usage { org } => f.debug_struct("Usage").field("org", org).finish(),
+        }
+    }
 }
 
 /// An organisation as shown to administrators.

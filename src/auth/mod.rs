@@ -8,6 +8,7 @@ pub mod password;
 pub mod ratelimit;
 pub mod rfc9421;
 pub mod sessions;
+pub mod slots;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -274,10 +274,16 @@ pub fn verify(
     let expires = int("expires").transpose()?;
     if let Some(max_age) = policy.max_age_s {
         let created = created.ok_or(SignatureError::Time)?;
-        if created > now + policy.skew_s || created + max_age + policy.skew_s < now {
+        // Saturating: the numbers come from the client and may be anything an i64 holds.
+        if created > now.saturating_add(policy.skew_s)
+            || created
+                .saturating_add(max_age)
+                .saturating_add(policy.skew_s)
+                < now
+        {
             return Err(SignatureError::Time);
         }
-        if expires.is_some_and(|e| e + policy.skew_s < now) {
+        if expires.is_some_and(|e| e.saturating_add(policy.skew_s) < now) {
             return Err(SignatureError::Time);
         }
     }
@@ -699,5 +705,64 @@ mod tests {
         cache.check_and_insert("k2", "n1", 105, 118).unwrap();
         // After the window the pair is forgotten (the signature itself is too old by then).
         cache.check_and_insert("k", "n1", 114, 127).unwrap();
+    }
+
+    #[test]
+    fn extreme_times_are_refused_without_overflow() {
+        let owned = Owned::of(&vectors()[1]);
+        let req = owned.parts();
+        let policy = Policy::audiohook();
+        for (created, expires) in [
+            (i64::MAX, i64::MAX),
+            (i64::MIN, i64::MAX),
+            (1_700_000_000, i64::MIN),
+            (1_700_000_000, i64::MAX),
+        ] {
+            let input = format!(
+                "sig1=(\"@request-target\" \"@authority\" \"audiohook-organization-id\" \
+                 \"audiohook-session-id\" \"audiohook-correlation-id\" \"x-api-key\");\
+                 keyid=\"k\";nonce=\"0123456789abcdefghijklmn\";alg=\"hmac-sha256\";\
+                 created={created};expires={expires}"
+            );
+            let result = verify(
+                &req,
+                &input,
+                "sig1=:AAAA:",
+                b"key",
+                Some("k"),
+                1_700_000_000,
+                &policy,
+            );
+            assert!(result.is_err(), "{created} {expires}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Header values from strangers are parsed or refused, never a panic.
+        #[test]
+        fn any_signature_headers_are_refused_or_parsed(input in ".{0,200}", signature in ".{0,120}", now in proptest::prelude::any::<i64>()) {
+            let owned = Owned::of(&vectors()[1]);
+            let req = owned.parts();
+            let _ = parse_input(&input, None);
+            let _ = parse_signature(&signature, "sig1");
+            let _ = verify(&req, &input, &signature, b"key", Some("k"), now, &Policy::audiohook());
+        }
+
+        /// Structured input close to a real header, with numbers anywhere in i64.
+        #[test]
+        fn signature_params_with_any_numbers_never_panic(
+            created in proptest::prelude::any::<i64>(),
+            expires in proptest::prelude::any::<i64>(),
+            now in proptest::prelude::any::<i64>(),
+        ) {
+            let owned = Owned::of(&vectors()[1]);
+            let req = owned.parts();
+            let input = format!(
+                "sig1=(\"@request-target\" \"@authority\" \"audiohook-organization-id\" \
+                 \"audiohook-session-id\" \"audiohook-correlation-id\" \"x-api-key\");\
+                 keyid=\"k\";nonce=\"0123456789abcdefghijklmn\";created={created};expires={expires}"
+            );
+            let _ = verify(&req, &input, "sig1=:AAAA:", b"key", Some("k"), now, &Policy::audiohook());
+        }
     }
 }

@@ -71,6 +71,7 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
         languages: Arc::new(model_languages(&config.models.whisper)?),
         vad: config.vad.config(),
         channel_roles: config.transcribe.channel_roles.clone(),
+        max_duration_s: config.transcribe.max_duration_s,
         llm,
     };
     let workers = engines.pool.workers();

@@ -30,7 +30,7 @@ use warp::{Filter, Rejection, Reply};
 
 use crate::admin::{AdminError, AdminRequest, AdminResponse};
 use crate::app::App;
-use crate::auth::sessions::{token, Session, SESSION_MS};
+use crate::auth::sessions::{Session, SignInRefused, SESSION_MS};
 use crate::clock;
 use crate::store::McpIntegration;
 
@@ -47,6 +47,7 @@ struct Ctx {
     session_id: Option<String>,
     login_token: Option<String>,
     secure: bool,
+    address: String,
 }
 
 fn ctx(app: App) -> impl Filter<Extract = (Ctx,), Error = Rejection> + Clone {
@@ -54,8 +55,13 @@ fn ctx(app: App) -> impl Filter<Extract = (Ctx,), Error = Rejection> + Clone {
         .and(warp::cookie::optional::<String>(LOGIN_COOKIE))
         .and(warp::header::optional::<String>("x-forwarded-proto"))
         .and(warp::header::optional::<String>("host"))
+        .and(crate::peer::client_addr())
         .map(
-            move |session_id, login_token, proto: Option<String>, host: Option<String>| {
+            move |session_id,
+                  login_token,
+                  proto: Option<String>,
+                  host: Option<String>,
+                  address: String| {
                 // Over TLS when the proxy says so, or when the browser asked for the public
                 // https host (a local trial on 127.0.0.1 over plain HTTP is not).
                 let public = app.config.server.public_url.as_str();
@@ -64,6 +70,7 @@ fn ctx(app: App) -> impl Filter<Extract = (Ctx,), Error = Rejection> + Clone {
                         .is_some_and(|host| host.eq_ignore_ascii_case(h.trim_end_matches('/')))
                 });
                 Ctx {
+                    address,
                     session_id,
                     login_token,
                     secure: proto.as_deref() == Some("https") || public_tls,
@@ -170,8 +177,9 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::path("login"))
         .and(warp::path::end())
         .and(warp::get())
+        .and(with_app.clone())
         .and(ctx(app.clone()))
-        .map(|ctx: Ctx| login_form(&ctx, None));
+        .map(|app: App, ctx: Ctx| login_form(&app, &ctx, None));
     let login = base
         .and(warp::path("login"))
         .and(warp::path::end())
@@ -259,8 +267,8 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .unify()
 }
 
-fn login_form(ctx: &Ctx, error: Option<&str>) -> Response<Body> {
-    let t = token();
+fn login_form(app: &App, ctx: &Ctx, error: Option<&str>) -> Response<Body> {
+    let t = app.sign_in.issue();
     let mut r = html(
         if error.is_some() {
             StatusCode::UNAUTHORIZED
@@ -279,38 +287,66 @@ fn login_form(ctx: &Ctx, error: Option<&str>) -> Response<Body> {
 }
 
 async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
-    let csrf_ok = ctx
+    let token = field(&form, "csrf");
+    // The form's token must be the one this browser was given (its cookie) and one the server
+    // issued and has not seen used: a captured form cannot be replayed.
+    let bound = ctx
         .login_token
         .as_deref()
-        .is_some_and(|t| constant_eq(t, field(&form, "csrf")));
-    if !csrf_ok {
-        return login_form(&ctx, Some("The sign-in form expired. Please try again."));
-    }
+        .is_some_and(|t| constant_eq(t, token));
     let email = field(&form, "email").trim().to_lowercase();
-    let password = field(&form, "password").to_owned();
-    let store = app.store.clone();
-    // argon2 takes tens of milliseconds of CPU: off the async workers.
-    let user = tokio::task::spawn_blocking(move || {
-        let user = store.user(&email).ok().flatten();
-        match &user {
-            Some(u) if crate::auth::password::verify(&password, &u.password_hash) => user,
-            Some(_) => None,
-            None => {
-                crate::auth::password::verify_nothing(&password);
-                None
-            }
+    let admitted = if bound {
+        app.sign_in.admit(token, &ctx.address, &email)
+    } else {
+        Err(SignInRefused::Form)
+    };
+    match admitted {
+        Ok(()) => {}
+        Err(SignInRefused::Form) => {
+            return login_form(
+                &app,
+                &ctx,
+                Some("The sign-in form expired. Please try again."),
+            )
         }
-    })
-    .await
-    .ok()
-    .flatten();
+        Err(SignInRefused::TooMany(wait)) => {
+            tracing::info!(address = %ctx.address, "dashboard sign-in attempts over the limit");
+            let mut r = login_form(
+                &app,
+                &ctx,
+                Some("Too many sign-in attempts. Wait a minute and try again."),
+            );
+            *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            r.headers_mut().insert(
+                "retry-after",
+                (wait.as_secs() + 1)
+                    .to_string()
+                    .parse()
+                    .expect("digits are a valid header"),
+            );
+            return r;
+        }
+    }
+    let password = field(&form, "password").to_owned();
+    let user = app.store.user(&email).ok().flatten();
+    let stored = user.as_ref().map(|u| u.password_hash.clone());
+    // argon2 runs on the password threads, bounded; an unknown user costs the same time.
+    let user = match app.sign_in.passwords.check(stored, password).await {
+        Ok(true) => user,
+        Ok(false) => None,
+        Err(busy) => {
+            let mut r = login_form(&app, &ctx, Some(&busy.to_string()));
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            return r;
+        }
+    };
     let live_org = user
         .as_ref()
         .and_then(|u| app.store.org(&u.org_id).ok().flatten())
         .is_some_and(|o| !o.deleted);
     let (Some(user), true) = (user, live_org) else {
         tracing::info!("dashboard sign-in refused");
-        return login_form(&ctx, Some("Wrong email or password."));
+        return login_form(&app, &ctx, Some("Wrong email or password."));
     };
     tracing::info!(email = %user.email, org = %user.org_id, "dashboard sign-in");
     let (id, _) = app.sessions.start(user.email, user.org_id);
@@ -508,7 +544,9 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
                 None => Err("No MCP server is set.".to_owned()),
                 Some(integration) => {
                     let timeout = Duration::from_millis(app.config.llm.mcp_timeout_ms);
-                    match crate::llm::mcp::McpSession::connect(&integration, timeout).await {
+                    let policy = &app.chat.settings().mcp_policy;
+                    match crate::llm::mcp::McpSession::connect(&integration, timeout, policy).await
+                    {
                         Ok(session) => {
                             let tools = session
                                 .tools()

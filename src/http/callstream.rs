@@ -11,6 +11,7 @@
 //! [`close_frame`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use ractor::Actor;
@@ -25,7 +26,8 @@ use callstream_actors::usage::Account;
 
 use crate::app::App;
 use crate::auth::rfc9421::RequestParts;
-use crate::http::errors::{close_frame, SocketClose};
+use crate::auth::slots::Slot;
+use crate::http::errors::{close_frame, is_too_big, ApiError, SocketClose};
 
 /// The close frame for `why`.
 fn close_message(why: SocketClose<'_>) -> WsMessage {
@@ -43,7 +45,13 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .map(
             move |ws: Ws, path: warp::path::FullPath, query: String, headers: HeaderMap| {
                 let app = app.clone();
-                let verdict = authenticate(&app, path.as_str(), &query, &headers);
+                let verdict = match authenticate(&app, path.as_str(), &query, &headers) {
+                    Ok(account) => match admit(&app, &account) {
+                        Ok(slots) => Ok((account, slots)),
+                        Err(refused) => return refused.to_response(),
+                    },
+                    Err(()) => Err(()),
+                };
                 let session_header = headers
                     .get("audiohook-session-id")
                     .and_then(|v| v.to_str().ok())
@@ -53,12 +61,40 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
                     .max_frame_size(max)
                     .on_upgrade(move |socket| async move {
                         match verdict {
-                            Ok(account) => call(app, account, session_header, socket).await,
+                            Ok((account, _slots)) => {
+                                call(app, account, session_header, socket).await
+                            }
                             Err(()) => refuse(socket).await,
                         }
                     })
+                    .into_response()
             },
         )
+}
+
+/// Takes the call's places under its connector's and its organisation's caps, or says why not
+/// (answered 429 before the upgrade, so the platform retries later).
+fn admit(app: &App, account: &Account) -> Result<(Slot, Slot), ApiError> {
+    let limits = &app.config.calls;
+    let too_many = |what: &str, max: usize| ApiError::TooMany {
+        code: "too_many_calls",
+        message: format!("{what} already has {max} calls in progress"),
+    };
+    let connector = app
+        .slots
+        .try_acquire(
+            &format!("calls:connector:{}", account.key_id),
+            limits.max_calls_per_connector,
+        )
+        .ok_or_else(|| too_many("this connector", limits.max_calls_per_connector))?;
+    let org = app
+        .slots
+        .try_acquire(
+            &format!("calls:org:{}", account.org_id),
+            limits.max_calls_per_org,
+        )
+        .ok_or_else(|| too_many("this organisation", limits.max_calls_per_org))?;
+    Ok((connector, org))
 }
 
 fn authenticate(app: &App, path: &str, query: &str, headers: &HeaderMap) -> Result<Account, ()> {
@@ -138,27 +174,35 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         }
     };
 
-    // The writer: frames the supervisor queues, until it closes the socket or goes away.
+    // The writer: frames the supervisor queues, until it closes the socket or goes away. Each
+    // write gets `calls.write_timeout_ms`: a client that reads nothing for that long is gone,
+    // and the supervisor is told so (it ends the call and writes its usage) instead of
+    // waiting on a full queue.
+    let write_timeout = Duration::from_millis(settings.write_timeout_ms);
+    let told = supervisor.clone();
     let mut writer = tokio::spawn(async move {
         while let Some(out) = out_rx.recv().await {
-            match out {
-                Outbound::Text(text) => {
-                    if tx.send(WsMessage::text(text)).await.is_err() {
-                        return true;
-                    }
+            let (message, last) = match out {
+                Outbound::Text(text) => (WsMessage::text(text), false),
+                Outbound::Close(end) => (close_message(SocketClose::Call(&end)), true),
+            };
+            match tokio::time::timeout(write_timeout, tx.send(message)).await {
+                Ok(Ok(())) if !last => {}
+                Ok(Ok(())) => {
+                    let _ = tokio::time::timeout(write_timeout, tx.close()).await;
+                    return true;
                 }
-                Outbound::Close(end) => {
-                    let _ = tx.send(close_message(SocketClose::Call(&end))).await;
-                    let _ = tx.close().await;
+                Ok(Err(_)) | Err(_) => {
+                    tracing::info!("call client reads nothing or is gone; ending the call");
+                    let _ = told.cast(CallMsg::SocketClosed);
                     return true;
                 }
             }
         }
         // The supervisor is gone without closing the socket: it failed.
-        let _ = tx
-            .send(close_message(SocketClose::Call(&CallEnd::Failed)))
-            .await;
-        let _ = tx.close().await;
+        let failed = close_message(SocketClose::Call(&CallEnd::Failed));
+        let _ = tokio::time::timeout(write_timeout, tx.send(failed)).await;
+        let _ = tokio::time::timeout(write_timeout, tx.close()).await;
         false
     });
 
@@ -172,17 +216,21 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
             }
             incoming = rx.next() => {
                 let msg = match incoming {
-                    Some(Ok(msg)) if msg.is_close() => None,
-                    Some(Ok(msg)) => Some(msg),
+                    Some(Ok(msg)) if msg.is_close() => Err(CallMsg::SocketClosed),
+                    Some(Ok(msg)) => Ok(msg),
+                    Some(Err(e)) if is_too_big(&e) => Err(CallMsg::FrameTooLarge),
                     Some(Err(e)) => {
                         tracing::info!(call = %call_id, error = %e, "call socket error");
-                        None
+                        Err(CallMsg::SocketClosed)
                     }
-                    None => None,
+                    None => Err(CallMsg::SocketClosed),
                 };
-                let Some(msg) = msg else {
-                    let _ = supervisor.cast(CallMsg::SocketClosed);
-                    break;
+                let msg = match msg {
+                    Ok(msg) => msg,
+                    Err(end) => {
+                        let _ = supervisor.cast(end);
+                        break;
+                    }
                 };
                 if !(msg.is_text() || msg.is_binary()) {
                     continue;

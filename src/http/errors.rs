@@ -20,6 +20,8 @@ use crate::llm::LlmError;
 
 /// Normal closure.
 const CLOSE_NORMAL: u16 = 1000;
+/// The client's message is larger than the server takes.
+const CLOSE_TOO_BIG: u16 = 1009;
 /// The server met a condition it did not expect.
 const CLOSE_INTERNAL: u16 = 1011;
 /// Missing or invalid credentials at the handshake.
@@ -44,6 +46,17 @@ pub enum SocketClose<'a> {
     ChatRefused(&'a AuthError),
     /// A realtime chat session found its key, organisation or quota no longer good.
     ChatEnded(&'a AuthError),
+    /// A realtime chat session was idle for `realtime.idle_timeout_ms`.
+    ChatIdle,
+    /// The client sent a frame larger than the route takes.
+    TooBig,
+}
+
+/// True when a WebSocket read failed because the client's message was over the size limit.
+/// The WebSocket library reports it only as an error whose text names the capacity limit.
+pub fn is_too_big(e: &warp::Error) -> bool {
+    let text = e.to_string();
+    text.contains("Space limit exceeded") || text.contains("Message too long")
 }
 
 /// The close code and reason for `why`: the only place close codes are chosen.
@@ -54,6 +67,8 @@ pub fn close_frame(why: SocketClose<'_>) -> (u16, String) {
                 (CLOSE_NORMAL, String::new())
             }
             CallEnd::IdleTimeout => (CLOSE_NORMAL, "idle timeout".to_owned()),
+            CallEnd::ProbeOver => (CLOSE_NORMAL, "probe answered".to_owned()),
+            CallEnd::FrameTooLarge => (CLOSE_TOO_BIG, "message too big".to_owned()),
             CallEnd::ChildFailed(_) | CallEnd::Failed => {
                 (CLOSE_INTERNAL, "internal error".to_owned())
             }
@@ -65,6 +80,8 @@ pub fn close_frame(why: SocketClose<'_>) -> (u16, String) {
             (CLOSE_INTERNAL, REVOKED_REASON.to_owned())
         }
         SocketClose::ChatEnded(e) => (auth_close_code(e), e.to_string()),
+        SocketClose::ChatIdle => (CLOSE_NORMAL, "idle timeout".to_owned()),
+        SocketClose::TooBig => (CLOSE_TOO_BIG, "message too big".to_owned()),
     }
 }
 
@@ -96,6 +113,22 @@ pub enum ApiError {
     /// The upload is in a format we do not decode.
     #[error("unsupported audio format: {0}")]
     UnsupportedMedia(String),
+    /// The caller already holds as many sessions or calls as it may.
+    #[error("{message}")]
+    TooMany {
+        /// Stable machine-readable code.
+        code: &'static str,
+        /// What is at its cap.
+        message: String,
+    },
+    /// The request is larger than we take.
+    #[error("{message}")]
+    TooLarge {
+        /// Stable machine-readable code.
+        code: &'static str,
+        /// What is too large.
+        message: String,
+    },
     /// An error with more to say than its kind.
     #[error("{error}: {detail}")]
     Detailed {
@@ -138,6 +171,10 @@ impl From<FileError> for ApiError {
             FileError::InvalidAudio(message) => ApiError::BadRequest {
                 code: "invalid_audio",
                 message,
+            },
+            FileError::TooLong { .. } => ApiError::TooLarge {
+                code: "audio_too_long",
+                message: e.to_string(),
             },
             FileError::QuotaTooSmall { .. } => {
                 let detail = e.to_string();
@@ -194,6 +231,8 @@ impl ApiError {
             ApiError::UnsupportedMedia(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
+            ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
+            ApiError::TooMany { code, .. } => (StatusCode::TOO_MANY_REQUESTS, code),
             ApiError::Detailed { error, .. } => error.status(),
             ApiError::Llm(e) => match e {
                 LlmError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "model_busy"),
@@ -211,26 +250,61 @@ impl ApiError {
         }
     }
 
+    /// What the client is told. A server-side failure says only what kind of failure it was
+    /// and a request id; the details (which may name paths, peers or a panic) are logged under
+    /// that id.
+    pub fn public_message(&self) -> (String, Option<String>) {
+        let (status, code) = self.status();
+        if !status.is_server_error() {
+            return (self.to_string(), None);
+        }
+        let id = request_id();
+        tracing::error!(request_id = %id, code, error = %self, "request failed");
+        (
+            format!("{} (request id {id})", server_error_text(code)),
+            Some(id),
+        )
+    }
+
     /// The HTTP response for this error.
     pub fn to_response(&self) -> Response {
         let (status, code) = self.status();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
-        }
+        let (message, id) = self.public_message();
         let retry_after = match self {
             ApiError::Auth(AuthError::RateLimited { retry_after, .. }) => {
                 Some(retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0))
             }
-            ApiError::Llm(LlmError::Busy) => Some(1),
+            ApiError::Llm(LlmError::Busy) | ApiError::TooMany { .. } => Some(1),
             _ => None,
         };
-        let mut response = json_error(status, code, self.to_string());
+        let mut response = json_error(status, code, message);
+        if let Some(id) = id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            response.headers_mut().insert("x-request-id", id);
+        }
         if let Some(secs) = retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
+    }
+}
+
+/// A new request id for a failure's log line and answer.
+fn request_id() -> String {
+    format!("req_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// What a server-side failure of `code` says to the client.
+fn server_error_text(code: &str) -> &'static str {
+    match code {
+        "model_busy" => "the language model is busy; try again shortly",
+        "storage_unavailable" => "storage is unavailable; try again shortly",
+        "upstream_error" => "the language model provider failed",
+        "upstream_timeout" => "the language model provider did not answer in time",
+        "plan_not_configured" => "this organisation's plan is not configured on the server",
+        "model_error" => "the language model failed",
+        _ => "internal error",
     }
 }
 
@@ -285,11 +359,12 @@ pub async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
             e.to_string(),
         )
     } else {
-        tracing::error!(?rejection, "unhandled rejection");
+        let id = request_id();
+        tracing::error!(request_id = %id, ?rejection, "unhandled rejection");
         (
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal_error",
-            "internal error".to_owned(),
+            format!("internal error (request id {id})"),
         )
     };
     Ok(json_error(status, code, message))
@@ -364,6 +439,39 @@ mod tests {
             close_frame(SocketClose::CallRefused),
             (4401, "unauthorized".into())
         );
+    }
+
+    #[test]
+    fn server_errors_say_no_more_than_their_kind_and_a_request_id() {
+        let panic = ApiError::Internal(
+            "task 17 panicked with message \"TimeBase cannot have 0\" at /root/src/x.rs".into(),
+        );
+        let response = panic.to_response();
+        assert_eq!(response.status(), 500);
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(id.starts_with("req_"));
+        let (message, _) = panic.public_message();
+        assert!(
+            message.starts_with("internal error (request id req_"),
+            "{message}"
+        );
+        assert!(!message.contains("panicked") && !message.contains("/root"));
+        let upstream = ApiError::Llm(LlmError::Upstream("HTTP 500: secret body".into()));
+        let (message, id) = upstream.public_message();
+        assert!(
+            message.starts_with("the language model provider failed"),
+            "{message}"
+        );
+        assert!(id.is_some() && !message.contains("secret"));
+        // Client errors keep their full message and have no id.
+        let bad = ApiError::BadRequest {
+            code: "invalid_audio",
+            message: "sample rate 0 Hz is outside 2000-192000 Hz".into(),
+        };
+        assert_eq!(bad.public_message(), (bad.to_string(), None));
     }
 
     #[test]

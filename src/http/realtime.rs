@@ -26,15 +26,14 @@ use warp::{Filter, Rejection, Reply};
 use callstream_actors::usage::{UsageKind, UsageSource};
 
 use crate::app::App;
+use crate::auth::slots::Slot;
 use crate::auth::{AuthError, Caller};
 use crate::http::chat::{parse_common, REALTIME_MAX_TOKENS, REALTIME_TEMPERATURE, SAMPLING_FIELDS};
-use crate::http::errors::{close_frame, SocketClose};
+use crate::http::errors::{close_frame, is_too_big, ApiError, SocketClose};
 use crate::llm::chat::ChatTurn;
 use crate::llm::markdown::PlainStream;
 use crate::llm::{Sampling, Usage};
 
-/// Largest client frame.
-pub const MAX_FRAME: usize = 1 << 20;
 /// How often an open session re-checks its key.
 const KEY_CHECK: Duration = Duration::from_millis(250);
 
@@ -60,15 +59,50 @@ pub enum ServerFrame {
 }
 
 /// `GET /api/llm/chat/realtime` (WebSocket upgrade).
+///
+/// The key is resolved before the upgrade so that a key already holding
+/// `realtime.max_sessions_per_key` sessions is answered 429 without one; a missing or invalid
+/// key still gets its close code after the upgrade, as the contract says.
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
     warp::path!("api" / "llm" / "chat" / "realtime")
         .and(warp::ws())
         .and(warp::header::optional::<String>("x-api-key"))
         .map(move |ws: Ws, key: Option<String>| {
             let app = app.clone();
-            ws.max_message_size(MAX_FRAME)
-                .on_upgrade(move |socket| session(app, key, socket))
+            let limits = &app.config.realtime;
+            let admitted = match app.auth.authenticate(key.as_deref()) {
+                Ok(caller) => {
+                    let name = format!("realtime:{}", caller.key.id);
+                    match app.slots.try_acquire(&name, limits.max_sessions_per_key) {
+                        Some(slot) => Ok((caller, slot)),
+                        None => {
+                            return ApiError::TooMany {
+                                code: "too_many_sessions",
+                                message: format!(
+                                    "this API key already has {} realtime sessions open",
+                                    limits.max_sessions_per_key
+                                ),
+                            }
+                            .to_response()
+                        }
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            ws.max_message_size(limits.max_frame_bytes)
+                .max_frame_size(limits.max_frame_bytes)
+                .on_upgrade(move |socket| session(app, key, admitted, socket))
+                .into_response()
         })
+}
+
+impl ServerFrame {
+    /// The error frame of a failed turn: what a REST client would read in the error body.
+    fn error(e: ApiError) -> Self {
+        ServerFrame::Error {
+            message: e.public_message().0,
+        }
+    }
 }
 
 fn frame(f: &ServerFrame) -> WsMessage {
@@ -116,16 +150,12 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
     match app.auth.authenticate(Some(key)) {
         Ok(fresh) => *caller = fresh,
         Err(e @ (AuthError::Store(_) | AuthError::PlanMissing(_))) => {
-            return Next::Reply(ServerFrame::Error {
-                message: e.to_string(),
-            })
+            return Next::Reply(ServerFrame::error(ApiError::Auth(e)))
         }
         Err(e) => return Next::Close(e),
     }
     if let Err(e) = app.auth.check_rate(caller, Instant::now()) {
-        return Next::Reply(ServerFrame::Error {
-            message: e.to_string(),
-        });
+        return Next::Reply(ServerFrame::error(ApiError::Auth(e)));
     }
     match app
         .auth
@@ -133,11 +163,7 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
     {
         Ok(()) => {}
         Err(e @ AuthError::QuotaExhausted(_)) => return Next::Close(e),
-        Err(e) => {
-            return Next::Reply(ServerFrame::Error {
-                message: e.to_string(),
-            })
-        }
+        Err(e) => return Next::Reply(ServerFrame::error(ApiError::Auth(e))),
     }
     let sampling = Sampling {
         max_tokens: REALTIME_MAX_TOKENS,
@@ -214,80 +240,143 @@ async fn run_turn(
                 Ok(()) => ServerFrame::Done {
                     usage: outcome.usage,
                 },
-                Err(e) => ServerFrame::Error {
-                    message: format!("usage could not be recorded: {e}"),
-                },
+                Err(e) => ServerFrame::error(ApiError::Billing(e.to_string())),
             }
         }
-        Err(e) => ServerFrame::Error {
-            message: e.to_string(),
-        },
+        Err(e) => ServerFrame::error(ApiError::Llm(e)),
     };
     let _ = out.send(last).await;
 }
 
-async fn session(app: App, key: Option<String>, socket: WebSocket) {
-    let (mut tx, mut rx) = socket.split();
-    let mut caller = match app.auth.authenticate(key.as_deref()) {
-        Ok(c) => c,
+/// Sends a session's frames to its socket, each within `timeout`; a client that reads
+/// nothing for that long is gone. Ends when the session drops its sender or the socket fails.
+async fn writer(
+    mut tx: futures_util::stream::SplitSink<WebSocket, WsMessage>,
+    mut frames: mpsc::Receiver<WsMessage>,
+    timeout: Duration,
+) {
+    while let Some(message) = frames.recv().await {
+        let closing = message.is_close();
+        match tokio::time::timeout(timeout, tx.send(message)).await {
+            Ok(Ok(())) if !closing => {}
+            Ok(Ok(())) => break,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::info!("realtime client reads nothing; session ended");
+                return;
+            }
+        }
+    }
+    let _ = tokio::time::timeout(timeout, tx.close()).await;
+}
+
+/// Why a session ends.
+enum End {
+    /// The client closed or the socket failed.
+    Gone,
+    /// The key, organisation or quota is no longer good.
+    Refused(AuthError),
+    /// Nothing happened for `realtime.idle_timeout_ms`.
+    Idle,
+    /// The client sent a frame over `realtime.max_frame_bytes`.
+    TooBig,
+}
+
+async fn session(
+    app: App,
+    key: Option<String>,
+    admitted: Result<(Caller, Slot), AuthError>,
+    socket: WebSocket,
+) {
+    let limits = app.config.realtime.clone();
+    let (tx, mut rx) = socket.split();
+    // Frames to the socket: at most this many wait for a client that is slow to read.
+    let (out, frames) = mpsc::channel::<WsMessage>(256);
+    let writer = tokio::spawn(writer(
+        tx,
+        frames,
+        Duration::from_millis(limits.write_timeout_ms),
+    ));
+    let (mut caller, _slot) = match admitted {
+        Ok(admitted) => admitted,
         Err(e) => {
             let (code, reason) = close_frame(SocketClose::ChatRefused(&e));
-            let _ = tx.send(WsMessage::close_with(code, reason)).await;
-            let _ = tx.close().await;
+            let _ = out.try_send(WsMessage::close_with(code, reason));
+            drop(out);
+            let _ = writer.await;
             return;
         }
     };
     let key = key.expect("authenticated, so a key was given");
-    let (out_tx, mut out_rx) = mpsc::channel::<ServerFrame>(64);
+    let (turn_tx, mut turn_rx) = mpsc::channel::<ServerFrame>(64);
     let mut turn: Option<tokio::task::JoinHandle<()>> = None;
     let mut check = tokio::time::interval(KEY_CHECK);
-    let close = loop {
+    let idle = Duration::from_millis(limits.idle_timeout_ms);
+    let mut idle_at = tokio::time::Instant::now() + idle;
+    // A frame the writer cannot take means the client has stopped reading.
+    let send = |f: &ServerFrame| out.try_send(frame(f)).is_ok();
+    let end = loop {
+        let busy = turn.as_ref().is_some_and(|t| !t.is_finished());
         tokio::select! {
             incoming = rx.next() => {
-                let Some(Ok(msg)) = incoming else { break None };
+                let msg = match incoming {
+                    Some(Ok(msg)) => msg,
+                    Some(Err(e)) if is_too_big(&e) => break End::TooBig,
+                    _ => break End::Gone,
+                };
                 if msg.is_close() {
-                    break None;
+                    break End::Gone;
                 }
+                idle_at = tokio::time::Instant::now() + idle;
                 let Ok(text) = msg.to_str() else { continue };
-                if turn.as_ref().is_some_and(|t| !t.is_finished()) {
+                if busy {
                     let busy = ServerFrame::Error { message: "a turn is already in progress; wait for its done frame".into() };
-                    if tx.send(frame(&busy)).await.is_err() {
-                        break None;
+                    if !send(&busy) {
+                        break End::Gone;
                     }
                     continue;
                 }
                 match on_frame(&app, &key, text, &mut caller) {
                     Next::Reply(f) => {
-                        if tx.send(frame(&f)).await.is_err() {
-                            break None;
+                        if !send(&f) {
+                            break End::Gone;
                         }
                     }
-                    Next::Close(e) => break Some(e),
+                    Next::Close(e) => break End::Refused(e),
                     Next::Turn(t, user) => {
-                        turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, out_tx.clone())));
+                        turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, turn_tx.clone())));
                     }
                 }
             }
-            Some(f) = out_rx.recv() => {
-                if tx.send(frame(&f)).await.is_err() {
-                    break None;
+            Some(f) = turn_rx.recv() => {
+                idle_at = tokio::time::Instant::now() + idle;
+                if !send(&f) {
+                    break End::Gone;
                 }
             }
             _ = check.tick() => {
                 let live = app.store.api_key(&caller.key.id).ok().flatten().is_some_and(|k| k.revoked_at_ms.is_none());
                 if !live {
-                    break Some(AuthError::InvalidKey);
+                    break End::Refused(AuthError::InvalidKey);
                 }
             }
+            _ = tokio::time::sleep_until(idle_at), if !busy => break End::Idle,
+            _ = out.closed() => break End::Gone,
         }
     };
     if let Some(t) = turn {
         // Dropping the turn stops the model (its delta channel closes).
         t.abort();
     }
-    if let Some(e) = close {
-        let (code, reason) = close_frame(SocketClose::ChatEnded(&e));
-        let _ = tx.send(WsMessage::close_with(code, reason)).await;
+    let close = match &end {
+        End::Gone => None,
+        End::Refused(e) => Some(close_frame(SocketClose::ChatEnded(e))),
+        End::Idle => Some(close_frame(SocketClose::ChatIdle)),
+        End::TooBig => Some(close_frame(SocketClose::TooBig)),
+    };
+    if let Some((code, reason)) = close {
+        let _ = out.try_send(WsMessage::close_with(code, reason));
     }
-    let _ = tx.close().await;
+    drop(out);
+    let _ = writer.await;
 }

@@ -13,7 +13,7 @@
 //! file longer than the quota that remains (402). Nothing is billed unless the whole request
 //! succeeds.
 
-use bytes::BufMut;
+use bytes::Buf;
 use futures_util::TryStreamExt;
 use warp::{Filter, Rejection, Reply};
 
@@ -53,28 +53,71 @@ fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
     }
 }
 
-async fn read_form(form: warp::multipart::FormData) -> Result<Form, ApiError> {
-    let parts: Vec<(String, Option<String>, Vec<u8>)> = form
-        .and_then(|part| async move {
-            let name = part.name().to_owned();
-            let filename = part.filename().map(str::to_owned);
-            let data = part
-                .stream()
-                .try_fold(Vec::new(), |mut acc, buf| async move {
-                    acc.put(buf);
-                    Ok(acc)
-                })
-                .await?;
-            Ok((name, filename, data))
-        })
-        .try_collect()
-        .await
-        .map_err(|e| {
-            bad(
+/// Most parts a form may have.
+const MAX_PARTS: usize = 16;
+/// Largest text field (language, flags, user), bytes.
+const MAX_FIELD: usize = 1024;
+
+/// One part of the multipart body: name, file name, data.
+type Part = (String, Option<String>, Vec<u8>);
+
+async fn read_form(mut form: warp::multipart::FormData) -> Result<Form, ApiError> {
+    let malformed = |e: warp::Error| {
+        bad(
+            "invalid_form",
+            format!("the multipart body is malformed: {e}"),
+        )
+    };
+    let mut parts: Vec<Part> = Vec::new();
+    // A form past the limits is read to its end (it is within the upload limit) but not kept,
+    // so the client, still sending, gets the answer instead of a broken connection.
+    let mut refused = None;
+    while let Some(part) = form.try_next().await.map_err(malformed)? {
+        if refused.is_none() && parts.len() == MAX_PARTS {
+            refused = Some(bad(
                 "invalid_form",
-                format!("the multipart body is malformed: {e}"),
-            )
-        })?;
+                format!("the form has more than {MAX_PARTS} parts"),
+            ));
+        }
+        let name = part.name().to_owned();
+        let filename = part.filename().map(str::to_owned);
+        let limit = if name == "file" {
+            usize::MAX
+        } else {
+            MAX_FIELD
+        };
+        let mut data = Vec::new();
+        let mut stream = part.stream();
+        while let Some(mut buf) = stream.try_next().await.map_err(malformed)? {
+            if refused.is_some() {
+                continue;
+            }
+            if data.len() + buf.remaining() > limit {
+                refused = Some(bad(
+                    "invalid_form",
+                    format!("the form field {name:?} is longer than {MAX_FIELD} bytes"),
+                ));
+                continue;
+            }
+            while buf.has_remaining() {
+                let chunk = buf.chunk();
+                data.extend_from_slice(chunk);
+                let n = chunk.len();
+                buf.advance(n);
+            }
+        }
+        if refused.is_none() {
+            parts.push((name, filename, data));
+        }
+    }
+    match refused {
+        Some(e) => Err(e),
+        None => form_of(parts),
+    }
+}
+
+/// The form in `parts`, checked.
+fn form_of(parts: Vec<Part>) -> Result<Form, ApiError> {
     let mut file = None;
     let mut language = None;
     let (mut bant, mut neat, mut user) = (false, false, None);
@@ -165,4 +208,59 @@ async fn transcribe(
     };
     let transcript = crate::files::transcribe(&app.files(), request, Some(&payer), None).await?;
     Ok(warp::reply::json(&transcript).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn part(name: &str, data: &[u8]) -> Part {
+        (name.to_owned(), None, data.to_vec())
+    }
+
+    #[test]
+    fn fields_are_read_and_checked() {
+        let form = form_of(vec![
+            ("file".into(), Some("call.WAV".into()), vec![1, 2, 3]),
+            part("language", b" en "),
+            part("extract_bant", b"true"),
+            part("unknown", b"ignored"),
+        ])
+        .unwrap();
+        assert_eq!(form.extension.as_deref(), Some("wav"));
+        assert_eq!(form.language, "en");
+        assert!(form.bant && !form.neat);
+        let missing = form_of(vec![part("language", b"en")]).unwrap_err();
+        assert_eq!(missing.status().1, "missing_file");
+        let not_text = form_of(vec![part("file", b"x"), part("language", &[0xff, 0xfe])]);
+        assert_eq!(not_text.unwrap_err().status().1, "invalid_form");
+    }
+
+    proptest! {
+        /// Whatever the parts, the form is read or refused with a 400, never a panic.
+        #[test]
+        fn any_parts_are_read_or_refused(
+            parts in proptest::collection::vec(
+                (
+                    prop_oneof![
+                        Just("file".to_owned()),
+                        Just("language".to_owned()),
+                        Just("extract_bant".to_owned()),
+                        Just("extract_neat".to_owned()),
+                        Just("user".to_owned()),
+                        ".{0,12}",
+                    ],
+                    proptest::option::of(".{0,20}"),
+                    proptest::collection::vec(any::<u8>(), 0..64),
+                ),
+                0..20,
+            )
+        ) {
+            match form_of(parts) {
+                Ok(form) => prop_assert!(!form.language.is_empty()),
+                Err(e) => prop_assert_eq!(e.status().0.as_u16(), 400),
+            }
+        }
+    }
 }

@@ -15,12 +15,14 @@ const PLAIN_INSTRUCTION: &str = "Answer in plain prose. Do not use Markdown: no 
 const MARKDOWN_INSTRUCTION: &str = "Format the answer in Markdown where it helps readability.";
 
 /// Settings of the chat service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatSettings {
     /// Most model calls in one turn when tools are used.
     pub max_tool_iterations: usize,
     /// Timeout for each MCP step (connect, list, call).
     pub mcp_timeout: Duration,
+    /// Where MCP servers may be.
+    pub mcp_policy: crate::llm::mcp::McpPolicy,
 }
 
 /// One turn as a surface hands it over.
@@ -101,6 +103,11 @@ impl ChatService {
         &self.provider
     }
 
+    /// The settings it runs with.
+    pub fn settings(&self) -> &ChatSettings {
+        &self.settings
+    }
+
     /// Runs one turn for `org`, streaming the answer's text to `deltas`.
     pub async fn run(
         &self,
@@ -116,7 +123,13 @@ impl ChatService {
 
         let session = match &org.mcp {
             Some(integration) => {
-                match McpSession::connect(integration, self.settings.mcp_timeout).await {
+                match McpSession::connect(
+                    integration,
+                    self.settings.mcp_timeout,
+                    &self.settings.mcp_policy,
+                )
+                .await
+                {
                     Ok(s) => Some(s),
                     Err(e) => {
                         tracing::warn!(org = %org.id, url = %integration.url, error = %e, "MCP server unavailable; answering without tools");

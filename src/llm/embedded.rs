@@ -161,6 +161,43 @@ fn worker(
     }
 }
 
+/// How long the model waits for a reader of its deltas that takes none before it gives the
+/// generation up: the model is shared, and a client that stopped reading must not hold it.
+const DELTA_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Hands a delta to its reader, waiting at most [`DELTA_WAIT`] for room; a reader that has
+/// gone or stalls cancels the generation.
+fn send_delta(tx: &tokio::sync::mpsc::Sender<String>, text: String) -> Result<(), LlmError> {
+    send_within(tx, text, DELTA_WAIT)
+}
+
+fn send_within(
+    tx: &tokio::sync::mpsc::Sender<String>,
+    text: String,
+    wait: std::time::Duration,
+) -> Result<(), LlmError> {
+    use tokio::sync::mpsc::error::TrySendError;
+    let deadline = std::time::Instant::now() + wait;
+    let mut text = text;
+    loop {
+        match tx.try_send(text) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Closed(_)) => return Err(LlmError::Cancelled),
+            Err(TrySendError::Full(back)) => {
+                if std::time::Instant::now() >= deadline {
+                    tracing::warn!(
+                        wait_s = wait.as_secs_f64(),
+                        "a stream reader took no delta; generation stopped"
+                    );
+                    return Err(LlmError::Cancelled);
+                }
+                text = back;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}
+
 fn engine(e: impl std::fmt::Display) -> LlmError {
     LlmError::Engine(e.to_string())
 }
@@ -312,7 +349,7 @@ fn generate(
         let (emit, stopped) = gate.push(&text);
         if !emit.is_empty() {
             if let Some(tx) = deltas {
-                tx.blocking_send(emit).map_err(|_| LlmError::Cancelled)?;
+                send_delta(tx, emit)?;
             }
         }
         if stopped {
@@ -327,7 +364,7 @@ fn generate(
     let tail = gate.finish();
     if !tail.is_empty() {
         if let Some(tx) = deltas {
-            tx.blocking_send(tail).map_err(|_| LlmError::Cancelled)?;
+            send_delta(tx, tail)?;
         }
     }
     let (text, tool_calls) = split_tool_calls(gate.text());
@@ -518,6 +555,23 @@ pub fn split_tool_calls(text: &str) -> (String, Vec<ToolCall>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stalled_or_gone_reader_frees_the_model() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
+        send_within(&tx, "a".into(), std::time::Duration::from_millis(50)).unwrap();
+        // Full, and nobody takes: the generation gives up after the wait.
+        let started = std::time::Instant::now();
+        let stalled = send_within(&tx, "b".into(), std::time::Duration::from_millis(50));
+        assert!(matches!(stalled, Err(LlmError::Cancelled)));
+        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+        assert_eq!(rx.try_recv().unwrap(), "a");
+        drop(rx);
+        assert!(matches!(
+            send_within(&tx, "c".into(), std::time::Duration::from_secs(60)),
+            Err(LlmError::Cancelled)
+        ));
+    }
 
     fn run(gate: &mut StreamGate, pieces: &[&str]) -> (String, bool) {
         let mut shown = String::new();

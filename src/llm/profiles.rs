@@ -78,12 +78,51 @@ pub fn intent_labels() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Runs a profile over `transcript` (one line per utterance, `Speaker: text`).
+/// Why a record was not asked of the model.
+const NO_SPEECH: &str = "No speech was detected, so there is nothing to analyse.";
+
+/// The fixed record of `kind` for a transcript without speech: intent `other` with `low`
+/// confidence; every BANT / NEAT-P field `not_found`, without evidence.
+pub fn no_speech_record(kind: ProfileKind) -> Value {
+    if kind == ProfileKind::Intent {
+        return serde_json::json!({
+            "intents": [{"intent": "other", "confidence": "low"}],
+            "reasoning": NO_SPEECH,
+        });
+    }
+    let fields = profile(kind).schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .keys()
+                .map(|k| {
+                    (
+                        k.clone(),
+                        serde_json::json!({"status": "not_found", "summary": NO_SPEECH,
+                            "confidence": 0.0, "evidence": []}),
+                    )
+                })
+                .collect::<serde_json::Map<String, Value>>()
+        })
+        .unwrap_or_default();
+    Value::Object(fields)
+}
+
+/// Runs a profile over `transcript` (one line per utterance, `Speaker: text`). A transcript
+/// in which nobody said anything gets [`no_speech_record`] without asking the model, which
+/// would otherwise invent an answer.
 pub async fn analyse(
     provider: &dyn Provider,
     kind: ProfileKind,
     transcript: &str,
 ) -> Result<(Value, Usage), LlmError> {
+    let spoken = transcript.lines().any(|l| {
+        l.split_once(": ")
+            .map_or(!l.trim().is_empty(), |(_, text)| !text.trim().is_empty())
+    });
+    if !spoken {
+        return Ok((no_speech_record(kind), Usage::default()));
+    }
     let profile = profile(kind);
     let generation = Generation {
         messages: vec![
@@ -223,6 +262,59 @@ impl IntentClassifier for LlmIntent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model that must not be asked.
+    struct Untouchable;
+
+    #[async_trait::async_trait]
+    impl Provider for Untouchable {
+        async fn generate(
+            &self,
+            _: Generation,
+            _: super::super::Deltas,
+        ) -> Result<super::super::Completion, LlmError> {
+            Err(LlmError::Engine("the model was asked".into()))
+        }
+
+        fn name(&self) -> &str {
+            "untouchable"
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transcript_without_speech_gets_the_fixed_record_without_the_model() {
+        for transcript in ["", "\n", "Customer: \nAgent:  \n"] {
+            for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
+                let (record, usage) = analyse(&Untouchable, kind, transcript).await.unwrap();
+                assert_eq!(record, no_speech_record(kind));
+                assert_eq!(usage, Usage::default());
+            }
+        }
+        let intent = no_speech_record(ProfileKind::Intent);
+        assert_eq!(intent["intents"][0]["intent"], "other");
+        assert_eq!(intent["intents"][0]["confidence"], "low");
+        let bant = no_speech_record(ProfileKind::Bant);
+        let fields: Vec<&String> = bant.as_object().unwrap().keys().collect();
+        assert_eq!(fields, ["budget", "authority", "need", "timeline"]);
+        assert!(bant
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|f| f["status"] == "not_found" && f["evidence"] == serde_json::json!([])));
+        assert_eq!(
+            no_speech_record(ProfileKind::NeatP)
+                .as_object()
+                .unwrap()
+                .len(),
+            5
+        );
+        // Speech goes to the model.
+        assert!(
+            analyse(&Untouchable, ProfileKind::Intent, "Customer: hello\n")
+                .await
+                .is_err()
+        );
+    }
 
     #[test]
     fn profiles_load_and_keep_key_order() {

@@ -37,9 +37,29 @@ pub fn open(
     storage: &crate::config::StorageConfig,
 ) -> Result<std::sync::Arc<dyn Store>, OpenError> {
     let dir = &storage.data_dir;
-    std::fs::create_dir_all(dir).map_err(|e| OpenError::DataDir(dir.display().to_string(), e))?;
+    let data_dir_error = |e| OpenError::DataDir(dir.display().to_string(), e);
+    std::fs::create_dir_all(dir).map_err(data_dir_error)?;
     let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
-    Ok(std::sync::Arc::new(SledStore::open(dir, secrets)?))
+    let store = SledStore::open(dir, secrets)?;
+    restrict(dir).map_err(data_dir_error)?;
+    Ok(std::sync::Arc::new(store))
+}
+
+/// Makes the data directory its owner's alone: directories 0700, files 0600 (a directory made
+/// by an older version, or under a looser umask, included).
+fn restrict(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            restrict(&entry.path())?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
 }
 
 /// An organisation: the tenant that owns keys, connectors, a plan and usage.
@@ -62,13 +82,22 @@ pub struct Org {
 }
 
 /// An MCP server reached over Streamable HTTP. The headers usually carry credentials, so the
-/// store seals them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// store seals them, and `Debug` shows their names only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpIntegration {
     /// Endpoint URL.
     pub url: String,
     /// Headers sent with every request to it.
     pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for McpIntegration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpIntegration")
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// An API key. Its secret is not here: only its hash and last four characters.

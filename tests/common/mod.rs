@@ -74,6 +74,11 @@ impl Env {
                 "CALLSTREAM_LLM__CONTEXT_TOKENS".to_owned(),
                 "4096".to_owned(),
             ),
+            // The tests' MCP servers listen on loopback, which is refused by default.
+            (
+                "CALLSTREAM_LLM__MCP_ALLOW".to_owned(),
+                "[\"127.0.0.1\"]".to_owned(),
+            ),
         ];
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         Self { dir, vars }
@@ -147,13 +152,37 @@ impl Env {
 
     /// Starts `callstream serve` and waits until it listens.
     pub fn serve(&self) -> Server {
+        self.serve_with(Stdio::inherit())
+    }
+
+    /// Starts `callstream serve` with its log (at `info`) written to `log`.
+    pub fn serve_logged(&self, log: &Path) -> Server {
+        let file = std::fs::File::create(log).unwrap();
+        let mut child = self
+            .command()
+            .env("RUST_LOG", "info")
+            .arg("serve")
+            .stdout(Stdio::piped())
+            .stderr(file)
+            .spawn()
+            .expect("the callstream binary starts");
+        let stdout = child.stdout.take().unwrap();
+        Self::listening(child, stdout)
+    }
+
+    fn serve_with(&self, stderr: Stdio) -> Server {
         let mut child = self
             .command()
             .arg("serve")
             .stdout(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .expect("the callstream binary starts");
         let stdout = child.stdout.take().unwrap();
+        Self::listening(child, stdout)
+    }
+
+    fn listening(child: Child, stdout: std::process::ChildStdout) -> Server {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -180,6 +209,28 @@ pub struct Server {
 }
 
 impl Server {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A field of `/proc/<pid>/status` in MiB (`VmRSS`, `VmHWM` for the peak).
+    pub fn memory_mib(&self, field: &str) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the server is alive");
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc status"));
+        kib / 1024.0
+    }
+
+    /// True while the process runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

@@ -1,15 +1,23 @@
-//! Transcribing whole recordings: each channel is cut into utterances by the VAD, every
-//! utterance goes to the worker pool as file work (so all workers decode in parallel and live
-//! calls keep priority), and the results come back as timed segments in time order.
+//! Transcribing whole recordings, streamed: the file is decoded a packet at a time, each
+//! channel is resampled to 16 kHz and cut into utterances by the VAD as the audio arrives, and
+//! every utterance goes to the worker pool as file work (so all workers decode in parallel and
+//! live calls keep priority) while the file is still being read. The results come back as
+//! timed segments in time order.
+//!
+//! Memory is bounded whatever the file's length: per channel, the last
+//! `max_utterance + pre-roll + trailing silence` (plus a second) of 16 kHz audio, and the
+//! pool's bounded file queue, which makes reading wait while the workers are busy.
 
+use std::collections::VecDeque;
 use std::sync::mpsc;
 
 use super::pool::{AsrPool, Job};
 use super::{AsrError, Word};
-use crate::audio::resample::{resample_offline, ResampleError};
-use crate::audio::vad::{self, Segmenter, VadConfig};
+use crate::audio::decode::{DecodeError, FileDecoder};
+use crate::audio::resample::{ResampleError, StreamResampler};
+use crate::audio::vad::{self, Segmenter, Utterance, VadConfig};
 
-/// Rate of the audio handed in and of the engine.
+/// Rate of the audio handed to the engine.
 const RATE: usize = 16_000;
 
 /// One transcribed utterance of a recording.
@@ -29,8 +37,27 @@ pub struct FileSegment {
     pub words: Vec<Word>,
 }
 
-/// Progress callback: (utterances done, utterances in all).
-pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+/// A transcribed recording.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileTranscription {
+    /// Segments with text, in time order (the guard's rejections are left out).
+    pub segments: Vec<FileSegment>,
+    /// Channels in the file.
+    pub channels: usize,
+    /// Seconds of audio (per channel), at the file's own rate.
+    pub duration_secs: f64,
+}
+
+/// Why a recording could not be transcribed.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscribeError {
+    /// The file could not be decoded, or is outside the decoder's limits.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The speech engine failed.
+    #[error(transparent)]
+    Asr(#[from] AsrError),
+}
 
 impl From<ResampleError> for AsrError {
     fn from(e: ResampleError) -> Self {
@@ -38,29 +65,257 @@ impl From<ResampleError> for AsrError {
     }
 }
 
-/// Cuts one 16 kHz channel into utterances: (start in 16 kHz samples, samples).
-pub fn utterances(channel: &[f32], config: VadConfig) -> Result<Vec<(usize, Vec<f32>)>, AsrError> {
-    // The VAD works on 8 kHz telephone-band audio; cut the 16 kHz signal where it says.
-    let narrow = resample_offline(&[channel.to_vec()], RATE, vad::RATE)?;
-    let pcm: Vec<i16> = narrow[0]
-        .iter()
-        .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16)
-        .collect();
-    let mut spans = Vec::new();
-    let mut seg = Segmenter::new(config);
-    let mut push = |u: vad::Utterance| {
-        let ratio = RATE / vad::RATE;
-        let start = u.start as usize * ratio;
-        let end = (start + u.samples.len() * ratio).min(channel.len());
-        spans.push((start, channel[start..end].to_vec()));
-    };
-    seg.push(&pcm, &mut push);
-    seg.finish(&mut push);
-    Ok(spans)
+impl From<ResampleError> for TranscribeError {
+    fn from(e: ResampleError) -> Self {
+        TranscribeError::Asr(e.into())
+    }
 }
 
-/// Transcribes every channel of a recording (16 kHz f32 per channel) in `language`. Segments
-/// without text (the guard's rejections) are left out. Blocks: call from a blocking context.
+/// Progress callback: (utterances done, utterances found so far).
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// Cuts one channel of 16 kHz audio into utterances as it arrives, keeping only the audio a
+/// future utterance can still reach.
+struct ChannelCutter {
+    narrow: StreamResampler,
+    segmenter: Segmenter,
+    narrow_out: Vec<Vec<f32>>,
+    pcm: Vec<i16>,
+    /// 16 kHz audio from sample `kept_from` on.
+    kept: VecDeque<f32>,
+    kept_from: usize,
+    keep: usize,
+}
+
+impl ChannelCutter {
+    fn new(config: VadConfig) -> Result<Self, ResampleError> {
+        let keep_ms = u64::from(config.max_utterance_ms)
+            + u64::from(config.pre_roll_ms)
+            + u64::from(config.trailing_silence_ms)
+            + 1_000;
+        Ok(Self {
+            narrow: StreamResampler::new(RATE, vad::RATE, 1)?,
+            segmenter: Segmenter::new(config),
+            narrow_out: vec![Vec::new()],
+            pcm: Vec::new(),
+            kept: VecDeque::new(),
+            kept_from: 0,
+            keep: (keep_ms as usize) * RATE / 1000,
+        })
+    }
+
+    /// Takes the next 16 kHz samples; hands out each utterance that ends as (start in 16 kHz
+    /// samples, its 16 kHz audio).
+    fn push(
+        &mut self,
+        wide: &[f32],
+        out: &mut Vec<(usize, Vec<f32>)>,
+    ) -> Result<(), ResampleError> {
+        self.kept.extend(wide);
+        self.narrow_out[0].clear();
+        self.narrow.push(&[wide], &mut self.narrow_out)?;
+        self.segment(false, out);
+        Ok(())
+    }
+
+    /// The end of the channel: the last utterance is cut.
+    fn finish(&mut self, out: &mut Vec<(usize, Vec<f32>)>) -> Result<(), ResampleError> {
+        self.narrow_out[0].clear();
+        self.narrow.finish(&mut self.narrow_out)?;
+        self.segment(true, out);
+        Ok(())
+    }
+
+    fn segment(&mut self, finish: bool, out: &mut Vec<(usize, Vec<f32>)>) {
+        self.pcm.clear();
+        self.pcm.extend(
+            self.narrow_out[0]
+                .iter()
+                .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16),
+        );
+        let mut cut: Vec<Utterance> = Vec::new();
+        self.segmenter.push(&self.pcm, &mut |u| cut.push(u));
+        if finish {
+            self.segmenter.finish(&mut |u| cut.push(u));
+        }
+        let ratio = RATE / vad::RATE;
+        for u in cut {
+            let start = (u.start as usize * ratio).max(self.kept_from);
+            let end = (u.start as usize * ratio + u.samples.len() * ratio)
+                .min(self.kept_from + self.kept.len());
+            if end > start {
+                let audio = self
+                    .kept
+                    .range(start - self.kept_from..end - self.kept_from)
+                    .copied()
+                    .collect();
+                out.push((start, audio));
+            }
+        }
+        // Older audio can no longer be part of an utterance.
+        let excess = self.kept.len().saturating_sub(self.keep);
+        self.kept.drain(..excess);
+        self.kept_from += excess;
+    }
+}
+
+/// Submits utterances to the pool and gathers their transcripts.
+struct Collector<'a> {
+    pool: &'a AsrPool,
+    language: &'a str,
+    tx: mpsc::Sender<(usize, Result<super::Transcript, AsrError>)>,
+    rx: mpsc::Receiver<(usize, Result<super::Transcript, AsrError>)>,
+    spans: Vec<(usize, usize, usize)>,
+    segments: Vec<Option<FileSegment>>,
+    done: usize,
+    first_error: Option<AsrError>,
+    progress: Progress<'a>,
+}
+
+impl<'a> Collector<'a> {
+    fn new(pool: &'a AsrPool, language: &'a str, progress: Progress<'a>) -> Self {
+        let (tx, rx) = mpsc::channel();
+        Self {
+            pool,
+            language,
+            tx,
+            rx,
+            spans: Vec::new(),
+            segments: Vec::new(),
+            done: 0,
+            first_error: None,
+            progress,
+        }
+    }
+
+    /// Queues an utterance (waits while the pool's file queue is full).
+    fn submit(&mut self, channel: usize, start: usize, audio: Vec<f32>) -> Result<(), AsrError> {
+        let index = self.spans.len();
+        self.spans.push((channel, start, audio.len()));
+        self.segments.push(None);
+        let tx = self.tx.clone();
+        self.pool.submit_file(Job {
+            audio,
+            language: self.language.to_owned(),
+            reply: Box::new(move |r| {
+                // The collector may have given up on an error; then nobody needs it.
+                let _ = tx.send((index, r));
+            }),
+        })?;
+        self.take_ready();
+        Ok(())
+    }
+
+    fn take_ready(&mut self) {
+        while let Ok((index, result)) = self.rx.try_recv() {
+            self.record(index, result);
+        }
+    }
+
+    fn record(&mut self, index: usize, result: Result<super::Transcript, AsrError>) {
+        self.done += 1;
+        (self.progress)(self.done, self.spans.len());
+        match result {
+            Ok(t) if !t.text.is_empty() => {
+                let (channel, start, len) = self.spans[index];
+                let offset = start as f64 / RATE as f64;
+                self.segments[index] = Some(FileSegment {
+                    channel,
+                    start: offset,
+                    end: offset + len as f64 / RATE as f64,
+                    text: t.text,
+                    confidence: t.confidence,
+                    words: t
+                        .words
+                        .into_iter()
+                        .map(|w| Word {
+                            start: w.start + offset,
+                            end: w.end + offset,
+                            ..w
+                        })
+                        .collect(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.first_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Waits for every transcript; the segments with text, in time order.
+    fn finish(mut self) -> Result<Vec<FileSegment>, AsrError> {
+        (self.progress)(self.done, self.spans.len());
+        while self.done < self.spans.len() {
+            let Ok((index, result)) = self.rx.recv() else {
+                return Err(AsrError::Unavailable("the speech workers stopped".into()));
+            };
+            self.record(index, result);
+        }
+        if let Some(e) = self.first_error {
+            return Err(e);
+        }
+        let mut segments: Vec<FileSegment> = self.segments.into_iter().flatten().collect();
+        segments.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.channel.cmp(&b.channel)));
+        Ok(segments)
+    }
+}
+
+/// Transcribes a recording as `decoder` reads it, in `language`. Blocks: call it from a
+/// blocking context.
+pub fn transcribe_file(
+    pool: &AsrPool,
+    mut decoder: FileDecoder,
+    language: &str,
+    vad: VadConfig,
+    progress: Progress<'_>,
+) -> Result<FileTranscription, TranscribeError> {
+    let info = decoder.info().clone();
+    let channels = info.channels;
+    let mut wide = StreamResampler::new(info.rate as usize, RATE, channels)?;
+    let mut cutters = (0..channels)
+        .map(|_| ChannelCutter::new(vad))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut collector = Collector::new(pool, language, progress);
+    let mut wide_out: Vec<Vec<f32>> = vec![Vec::new(); channels];
+    let mut cut = Vec::new();
+    loop {
+        for o in &mut wide_out {
+            o.clear();
+        }
+        let finish = match decoder.next_block()? {
+            Some(block) => {
+                wide.push(&block, &mut wide_out)?;
+                false
+            }
+            None => {
+                wide.finish(&mut wide_out)?;
+                true
+            }
+        };
+        for (c, cutter) in cutters.iter_mut().enumerate() {
+            cutter.push(&wide_out[c], &mut cut)?;
+            if finish {
+                cutter.finish(&mut cut)?;
+            }
+            for (start, audio) in cut.drain(..) {
+                collector.submit(c, start, audio)?;
+            }
+        }
+        if finish {
+            break;
+        }
+    }
+    Ok(FileTranscription {
+        segments: collector.finish()?,
+        channels,
+        duration_secs: decoder.secs(),
+    })
+}
+
+/// Transcribes every channel of a recording already in memory (16 kHz f32 per channel) in
+/// `language`. Segments without text (the guard's rejections) are left out. Blocks: call from
+/// a blocking context.
 pub fn transcribe_channels(
     pool: &AsrPool,
     channels: &[Vec<f32>],
@@ -68,72 +323,15 @@ pub fn transcribe_channels(
     vad: VadConfig,
     progress: Progress<'_>,
 ) -> Result<Vec<FileSegment>, AsrError> {
-    let mut pieces = Vec::new();
+    let mut collector = Collector::new(pool, language, progress);
+    let mut cut = Vec::new();
     for (c, channel) in channels.iter().enumerate() {
-        for (start, audio) in utterances(channel, vad)? {
-            pieces.push((c, start, audio));
+        let mut cutter = ChannelCutter::new(vad)?;
+        cutter.push(channel, &mut cut)?;
+        cutter.finish(&mut cut)?;
+        for (start, audio) in cut.drain(..) {
+            collector.submit(c, start, audio)?;
         }
     }
-    let total = pieces.len();
-    progress(0, total);
-    let (tx, rx) = mpsc::channel();
-    let spans: Vec<(usize, usize, usize)> =
-        pieces.iter().map(|(c, s, a)| (*c, *s, a.len())).collect();
-    let segments = std::thread::scope(|scope| {
-        let submitter = scope.spawn(move || -> Result<(), AsrError> {
-            for (i, (_, _, audio)) in pieces.into_iter().enumerate() {
-                let tx = tx.clone();
-                pool.submit_file(Job {
-                    audio,
-                    language: language.to_owned(),
-                    reply: Box::new(move |r| {
-                        let _ = tx.send((i, r));
-                    }),
-                })?;
-            }
-            Ok(())
-        });
-        let mut out: Vec<Option<FileSegment>> = vec![None; total];
-        let mut first_error = None;
-        for done in 1..=total {
-            let Ok((i, result)) = rx.recv() else { break };
-            progress(done, total);
-            match result {
-                Ok(t) if !t.text.is_empty() => {
-                    let (channel, start, len) = spans[i];
-                    let offset = start as f64 / RATE as f64;
-                    out[i] = Some(FileSegment {
-                        channel,
-                        start: offset,
-                        end: offset + len as f64 / RATE as f64,
-                        text: t.text,
-                        confidence: t.confidence,
-                        words: t
-                            .words
-                            .into_iter()
-                            .map(|w| Word {
-                                start: w.start + offset,
-                                end: w.end + offset,
-                                ..w
-                            })
-                            .collect(),
-                    });
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        let submitted = submitter
-            .join()
-            .expect("the submitter thread does not panic");
-        match (first_error, submitted) {
-            (Some(e), _) | (None, Err(e)) => Err(e),
-            (None, Ok(())) => Ok(out),
-        }
-    })?;
-    let mut segments: Vec<FileSegment> = segments.into_iter().flatten().collect();
-    segments.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.channel.cmp(&b.channel)));
-    Ok(segments)
+    collector.finish()
 }

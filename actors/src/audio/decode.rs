@@ -1,15 +1,23 @@
-//! Audio files to 16 kHz f32, one signal per channel.
+//! Audio files to f32 signals, one per channel, read packet by packet.
 //!
 //! Containers and codecs through Symphonia: WAV (PCM 8/16/24/32-bit, IEEE float, mu-law,
 //! A-law; any channel count), MP3, FLAC and Ogg Vorbis. Ogg Opus is demuxed by Symphonia and
-//! decoded by libopus (audiopus), honouring the stream's pre-skip. Whatever the input rate, the
-//! output is 16 kHz. Unknown formats are [`DecodeError::Unsupported`], damaged or empty ones
-//! [`DecodeError::Corrupt`] / [`DecodeError::Empty`]; no input panics.
+//! decoded by libopus (audiopus), honouring the stream's pre-skip.
+//!
+//! Files come from strangers, so [`FileDecoder`] checks what the container declares before it
+//! decodes anything ([`DecodeLimits`]: sample rate, channel count, declared duration) and then
+//! hands out the audio a packet at a time, at the file's own rate: memory stays bounded
+//! whatever the file's length. [`decode`] is the whole-file convenience for trusted files.
+//! Unknown formats are [`DecodeError::Unsupported`], damaged or empty ones
+//! [`DecodeError::Corrupt`] / [`DecodeError::Empty`], out-of-range ones
+//! [`DecodeError::Invalid`] or [`DecodeError::TooLong`]; no input panics (a panic inside a
+//! decoder library is caught and reported as damage).
 
 use std::io::Cursor;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use symphonia::core::audio::SampleBuffer;
-use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL, CODEC_TYPE_OPUS};
+use symphonia::core::codecs::{Decoder, DecoderOptions, CODEC_TYPE_NULL, CODEC_TYPE_OPUS};
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::MediaSourceStream;
@@ -24,6 +32,30 @@ pub const OUTPUT_RATE: usize = 16_000;
 pub const MAX_CHANNELS: usize = 8;
 /// Corrupt packets tolerated before a file is refused.
 const MAX_BAD_PACKETS: usize = 16;
+
+/// What a file may declare and hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeLimits {
+    /// Lowest sample rate accepted, Hz.
+    pub min_rate: u32,
+    /// Highest sample rate accepted, Hz.
+    pub max_rate: u32,
+    /// Most channels accepted.
+    pub max_channels: usize,
+    /// Longest audio accepted, seconds; decoding stops with [`DecodeError::TooLong`] past it.
+    pub max_secs: f64,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        Self {
+            min_rate: 2_000,
+            max_rate: 192_000,
+            max_channels: MAX_CHANNELS,
+            max_secs: f64::INFINITY,
+        }
+    }
+}
 
 /// A decoded file.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +91,17 @@ pub enum DecodeError {
     /// No audio in it.
     #[error("the file holds no audio")]
     Empty,
+    /// It declares something outside [`DecodeLimits`] (rate, channels).
+    #[error("{0}")]
+    Invalid(String),
+    /// It is longer than [`DecodeLimits::max_secs`].
+    #[error("the audio is longer than {limit_secs} s")]
+    TooLong {
+        /// The limit.
+        limit_secs: f64,
+        /// The length the container declares, when it declares one.
+        declared_secs: Option<f64>,
+    },
 }
 
 fn classify(e: SymphoniaError) -> DecodeError {
@@ -71,71 +114,448 @@ fn classify(e: SymphoniaError) -> DecodeError {
     }
 }
 
-/// Decodes a whole file held in memory to `rate` Hz ([`OUTPUT_RATE`] for the speech engine).
-/// `extension` (without the dot), when known, helps the format probe.
+/// Runs a decoder-library call, turning a panic inside it into [`DecodeError::Corrupt`].
+fn guarded<T>(f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T, DecodeError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(DecodeError::Corrupt(
+            "the decoder failed on this file".into(),
+        ))
+    })
+}
+
+/// What a file is, as far as its container says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudioInfo {
+    /// Channels.
+    pub channels: usize,
+    /// The file's sample rate.
+    pub rate: u32,
+    /// The codec, as Symphonia names it.
+    pub codec: String,
+    /// The duration the container declares, if it declares one.
+    pub declared_secs: Option<f64>,
+}
+
+enum Codec {
+    Symphonia {
+        decoder: Box<dyn Decoder>,
+        buf: Option<SampleBuffer<f32>>,
+    },
+    Opus {
+        decoder: audiopus::coder::Decoder,
+        pcm: Vec<f32>,
+        pre_skip: usize,
+    },
+}
+
+/// A file being decoded a packet at a time.
+pub struct FileDecoder {
+    format: Box<dyn FormatReader>,
+    track_id: u32,
+    codec: Codec,
+    info: AudioInfo,
+    limits: DecodeLimits,
+    frames: u64,
+    bad: usize,
+    /// The first block, decoded while opening to learn the channel count.
+    first: Option<Vec<Vec<f32>>>,
+    done: bool,
+}
+
+impl std::fmt::Debug for FileDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileDecoder")
+            .field("info", &self.info)
+            .field("frames", &self.frames)
+            .finish()
+    }
+}
+
+impl FileDecoder {
+    /// Opens a file held in memory: probes the container, checks what it declares against
+    /// `limits` and decodes its first packet. `extension` (without the dot), when known,
+    /// helps the probe.
+    pub fn open(
+        bytes: Vec<u8>,
+        extension: Option<&str>,
+        limits: DecodeLimits,
+    ) -> Result<Self, DecodeError> {
+        if bytes.is_empty() {
+            return Err(DecodeError::Empty);
+        }
+        check_wav_header(&bytes, &limits)?;
+        let bytes = widen_g711_fmt(bytes);
+        let mut decoder = guarded(|| Self::probe(bytes, extension, limits))?;
+        decoder.first = decoder.read_block()?;
+        if decoder.first.is_none() {
+            return Err(DecodeError::Empty);
+        }
+        Ok(decoder)
+    }
+
+    fn probe(
+        bytes: Vec<u8>,
+        extension: Option<&str>,
+        limits: DecodeLimits,
+    ) -> Result<Self, DecodeError> {
+        let stream = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
+        let mut hint = Hint::new();
+        if let Some(ext) = extension {
+            hint.with_extension(ext);
+        }
+        let probed = symphonia::default::get_probe()
+            .format(
+                &hint,
+                stream,
+                &FormatOptions::default(),
+                &MetadataOptions::default(),
+            )
+            .map_err(|e| match e {
+                SymphoniaError::Unsupported(_) => {
+                    DecodeError::Unsupported("not a recognised audio container".into())
+                }
+                other => classify(other),
+            })?;
+        let format = probed.format;
+        let track = format
+            .tracks()
+            .iter()
+            .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
+            .ok_or(DecodeError::Empty)?;
+        let track_id = track.id;
+        let params = track.codec_params.clone();
+        let declared_channels = params.channels.map(|c| c.count());
+        if let Some(n) = declared_channels {
+            check_channels(n, &limits)?;
+        }
+        // Opus always decodes at 48 kHz, whatever rate the encoder was fed.
+        let opus = params.codec == CODEC_TYPE_OPUS;
+        let rate = if opus {
+            Some(48_000)
+        } else {
+            params.sample_rate
+        };
+        if let Some(rate) = rate {
+            check_rate(rate, &limits)?;
+        }
+        let declared_secs = match (params.n_frames, rate) {
+            (Some(frames), Some(rate)) if rate > 0 => Some(frames as f64 / f64::from(rate)),
+            _ => None,
+        };
+        if let Some(secs) = declared_secs {
+            if secs > limits.max_secs {
+                return Err(DecodeError::TooLong {
+                    limit_secs: limits.max_secs,
+                    declared_secs: Some(secs),
+                });
+            }
+        }
+        let (codec, name) = if opus {
+            (open_opus(&params)?, "opus".to_owned())
+        } else {
+            let decoder = symphonia::default::get_codecs()
+                .make(&params, &DecoderOptions::default())
+                .map_err(|e| match e {
+                    SymphoniaError::Unsupported(what) => {
+                        DecodeError::Unsupported(format!("codec: {what}"))
+                    }
+                    other => classify(other),
+                })?;
+            let name = symphonia::default::get_codecs()
+                .get_codec(params.codec)
+                .map_or_else(|| "unknown".to_owned(), |d| d.short_name.to_owned());
+            (Codec::Symphonia { decoder, buf: None }, name)
+        };
+        Ok(Self {
+            format,
+            track_id,
+            codec,
+            info: AudioInfo {
+                channels: declared_channels.unwrap_or(0),
+                rate: rate.unwrap_or(0),
+                codec: name,
+                declared_secs,
+            },
+            limits,
+            frames: 0,
+            bad: 0,
+            first: None,
+            done: false,
+        })
+    }
+
+    /// What the file is.
+    pub fn info(&self) -> &AudioInfo {
+        &self.info
+    }
+
+    /// Frames (samples per channel) handed out so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Seconds handed out so far.
+    pub fn secs(&self) -> f64 {
+        self.frames as f64 / f64::from(self.info.rate.max(1))
+    }
+
+    /// The next block of audio, one `Vec` per channel at the file's rate, or `None` at the end.
+    pub fn next_block(&mut self) -> Result<Option<Vec<Vec<f32>>>, DecodeError> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
+        self.read_block()
+    }
+
+    fn read_block(&mut self) -> Result<Option<Vec<Vec<f32>>>, DecodeError> {
+        while !self.done {
+            let block = guarded(|| self.decode_packet())?;
+            if let Some(mut block) = block.filter(|b| b.first().is_some_and(|c| !c.is_empty())) {
+                // A float file may hold anything: NaN and infinities would poison every filter
+                // after this point, and out-of-range values are clipping.
+                for channel in &mut block {
+                    for v in channel.iter_mut() {
+                        *v = if v.is_finite() {
+                            v.clamp(-1.0, 1.0)
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+                self.frames += block[0].len() as u64;
+                if self.secs() > self.limits.max_secs {
+                    return Err(DecodeError::TooLong {
+                        limit_secs: self.limits.max_secs,
+                        declared_secs: self.info.declared_secs,
+                    });
+                }
+                return Ok(Some(block));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Decodes the next packet of the track: `Some(block)` (possibly empty), or `None` with
+    /// `done` set at the end of the stream.
+    fn decode_packet(&mut self) -> Result<Option<Vec<Vec<f32>>>, DecodeError> {
+        let packet = loop {
+            match self.format.next_packet() {
+                Ok(p) if p.track_id() == self.track_id => break p,
+                Ok(_) => continue,
+                Err(SymphoniaError::IoError(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(SymphoniaError::ResetRequired) => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(e) => return Err(classify(e)),
+            }
+        };
+        match &mut self.codec {
+            Codec::Symphonia { decoder, buf } => {
+                let decoded = match decoder.decode(&packet) {
+                    Ok(d) => d,
+                    // A damaged packet is skipped, as players do, unless the file is mostly
+                    // damage.
+                    Err(SymphoniaError::DecodeError(e)) => {
+                        self.bad += 1;
+                        return if self.bad > MAX_BAD_PACKETS {
+                            Err(DecodeError::Corrupt(e.to_owned()))
+                        } else {
+                            Ok(Some(Vec::new()))
+                        };
+                    }
+                    Err(e) => return Err(classify(e)),
+                };
+                let spec = *decoded.spec();
+                let n_ch = spec.channels.count();
+                check_channels(n_ch, &self.limits)?;
+                check_rate(spec.rate, &self.limits)?;
+                // Zero: not declared by the container and not seen yet.
+                if self.info.channels != 0 && self.info.channels != n_ch {
+                    return Err(DecodeError::Corrupt(
+                        "channel count changes mid-stream".into(),
+                    ));
+                }
+                if self.info.rate != 0 && self.info.rate != spec.rate {
+                    return Err(DecodeError::Corrupt(
+                        "sample rate changes mid-stream".into(),
+                    ));
+                }
+                self.info.channels = n_ch;
+                self.info.rate = spec.rate;
+                let needed = decoded.capacity() as u64;
+                if buf
+                    .as_ref()
+                    .is_none_or(|b| (b.capacity() as u64) < needed * n_ch as u64)
+                {
+                    *buf = Some(SampleBuffer::new(needed, spec));
+                }
+                let sb = buf.as_mut().expect("set just above");
+                sb.copy_planar_ref(decoded);
+                let frames = sb.samples().len() / n_ch;
+                Ok(Some(
+                    (0..n_ch)
+                        .map(|c| sb.samples()[c * frames..(c + 1) * frames].to_vec())
+                        .collect(),
+                ))
+            }
+            Codec::Opus {
+                decoder,
+                pcm,
+                pre_skip,
+            } => {
+                use audiopus::{packet::Packet, MutSignals};
+                let n_ch = self.info.channels;
+                let Ok(packet) = Packet::try_from(&packet.data[..]) else {
+                    return Ok(Some(Vec::new()));
+                };
+                let out = MutSignals::try_from(&mut pcm[..])
+                    .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+                match decoder.decode_float(Some(packet), out, false) {
+                    Ok(frames) => {
+                        let skip = (*pre_skip).min(frames);
+                        *pre_skip -= skip;
+                        Ok(Some(
+                            (0..n_ch)
+                                .map(|c| {
+                                    pcm[skip * n_ch..frames * n_ch]
+                                        .iter()
+                                        .skip(c)
+                                        .step_by(n_ch)
+                                        .copied()
+                                        .collect()
+                                })
+                                .collect(),
+                        ))
+                    }
+                    Err(e) => {
+                        self.bad += 1;
+                        if self.bad > MAX_BAD_PACKETS {
+                            Err(DecodeError::Corrupt(e.to_string()))
+                        } else {
+                            Ok(Some(Vec::new()))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_rate(rate: u32, limits: &DecodeLimits) -> Result<(), DecodeError> {
+    if (limits.min_rate..=limits.max_rate).contains(&rate) {
+        Ok(())
+    } else {
+        Err(DecodeError::Invalid(format!(
+            "sample rate {rate} Hz is outside {}-{} Hz",
+            limits.min_rate, limits.max_rate
+        )))
+    }
+}
+
+fn check_channels(n: usize, limits: &DecodeLimits) -> Result<(), DecodeError> {
+    if (1..=limits.max_channels).contains(&n) {
+        Ok(())
+    } else {
+        Err(DecodeError::Invalid(format!(
+            "{n} channels; 1 to {} are accepted",
+            limits.max_channels
+        )))
+    }
+}
+
+/// Checks a WAV file's `fmt ` chunk before any decoder library reads it: its rate, channel
+/// count and block alignment must be sane (a zero rate makes a decoder library panic, an
+/// absurd one makes a resampler allocate without bound). Other formats pass through.
+fn check_wav_header(bytes: &[u8], limits: &DecodeLimits) -> Result<(), DecodeError> {
+    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return Ok(());
+    }
+    let mut pos = 12usize;
+    while pos + 8 <= bytes.len() {
+        let id = &bytes[pos..pos + 4];
+        let len = u32::from_le_bytes([
+            bytes[pos + 4],
+            bytes[pos + 5],
+            bytes[pos + 6],
+            bytes[pos + 7],
+        ]) as usize;
+        if id == b"fmt " {
+            let body = bytes
+                .get(pos + 8..pos + 8 + 16)
+                .ok_or_else(|| DecodeError::Corrupt("the WAV fmt chunk is cut short".into()))?;
+            let channels = usize::from(u16::from_le_bytes([body[2], body[3]]));
+            let rate = u32::from_le_bytes([body[4], body[5], body[6], body[7]]);
+            let block_align = u16::from_le_bytes([body[12], body[13]]);
+            check_channels(channels, limits)?;
+            check_rate(rate, limits)?;
+            if block_align == 0 {
+                return Err(DecodeError::Invalid(
+                    "the WAV header declares a block alignment of 0".into(),
+                ));
+            }
+            return Ok(());
+        }
+        pos = pos
+            .saturating_add(8)
+            .saturating_add(len)
+            .saturating_add(len & 1);
+    }
+    Ok(())
+}
+
+fn open_opus(params: &symphonia::core::codecs::CodecParameters) -> Result<Codec, DecodeError> {
+    use audiopus::{Channels, SampleRate};
+    let n_ch = params.channels.map_or(0, |c| c.count());
+    let channels_kind = match n_ch {
+        1 => Channels::Mono,
+        2 => Channels::Stereo,
+        n => return Err(DecodeError::Unsupported(format!("Opus with {n} channels"))),
+    };
+    // OpusHead: bytes 10-11 are the pre-skip, in 48 kHz samples.
+    let pre_skip = params
+        .extra_data
+        .as_deref()
+        .filter(|h| h.len() >= 12 && h.starts_with(b"OpusHead"))
+        .map_or(0, |h| usize::from(u16::from_le_bytes([h[10], h[11]])));
+    let decoder = audiopus::coder::Decoder::new(SampleRate::Hz48000, channels_kind)
+        .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+    Ok(Codec::Opus {
+        decoder,
+        // 120 ms is the longest Opus frame.
+        pcm: vec![0f32; 5760 * n_ch],
+        pre_skip,
+    })
+}
+
+/// Decodes a whole trusted file held in memory to `rate` Hz ([`OUTPUT_RATE`] for the speech
+/// engine), within the default [`DecodeLimits`]. `extension` (without the dot), when known,
+/// helps the format probe. For files from strangers, stream with [`FileDecoder`] instead.
 pub fn decode(
     bytes: Vec<u8>,
     extension: Option<&str>,
     rate: usize,
 ) -> Result<DecodedAudio, DecodeError> {
-    if bytes.is_empty() {
-        return Err(DecodeError::Empty);
+    let mut decoder = FileDecoder::open(bytes, extension, DecodeLimits::default())?;
+    let mut channels: Vec<Vec<f32>> = vec![Vec::new(); decoder.info().channels];
+    while let Some(block) = decoder.next_block()? {
+        for (out, part) in channels.iter_mut().zip(block) {
+            out.extend(part);
+        }
     }
-    let bytes = widen_g711_fmt(bytes);
-    let stream = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
-    let mut hint = Hint::new();
-    if let Some(ext) = extension {
-        hint.with_extension(ext);
-    }
-    let probed = symphonia::default::get_probe()
-        .format(
-            &hint,
-            stream,
-            &FormatOptions::default(),
-            &MetadataOptions::default(),
-        )
-        .map_err(|e| match e {
-            SymphoniaError::Unsupported(_) => {
-                DecodeError::Unsupported("not a recognised audio container".into())
-            }
-            other => classify(other),
-        })?;
-    let mut format = probed.format;
-    let track = format
-        .tracks()
-        .iter()
-        .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
-        .ok_or(DecodeError::Empty)?;
-    let track_id = track.id;
-    let params = track.codec_params.clone();
-    let codec_name = symphonia::default::get_codecs()
-        .get_codec(params.codec)
-        .map_or_else(
-            || {
-                if params.codec == CODEC_TYPE_OPUS {
-                    "opus".to_owned()
-                } else {
-                    "unknown".to_owned()
-                }
-            },
-            |d| d.short_name.to_owned(),
-        );
-
-    let (channels, source_rate) = if params.codec == CODEC_TYPE_OPUS {
-        decode_opus(&mut *format, track_id, &params)?
-    } else {
-        decode_symphonia(&mut *format, track_id, &params)?
-    };
-    if channels.is_empty() || channels[0].is_empty() {
-        return Err(DecodeError::Empty);
-    }
-    let channels = resample_offline(&channels, source_rate as usize, rate)
+    let info = decoder.info().clone();
+    let channels = resample_offline(&channels, info.rate as usize, rate)
         .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
     Ok(DecodedAudio {
         channels,
         rate,
-        source_rate,
-        codec: codec_name,
+        source_rate: info.rate,
+        codec: info.codec,
     })
 }
 
@@ -179,149 +599,6 @@ fn widen_g711_fmt(bytes: Vec<u8>) -> Vec<u8> {
         pos += 8 + len + (len & 1);
     }
     bytes
-}
-
-/// Packets of one track until the end of the stream.
-fn packets(
-    format: &mut dyn FormatReader,
-    track_id: u32,
-    mut each: impl FnMut(&[u8], &symphonia::core::formats::Packet) -> Result<(), DecodeError>,
-) -> Result<(), DecodeError> {
-    loop {
-        let packet = match format.next_packet() {
-            Ok(p) => p,
-            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Ok(())
-            }
-            Err(SymphoniaError::ResetRequired) => return Ok(()),
-            Err(e) => return Err(classify(e)),
-        };
-        if packet.track_id() == track_id {
-            each(&packet.data, &packet)?;
-        }
-    }
-}
-
-fn decode_symphonia(
-    format: &mut dyn FormatReader,
-    track_id: u32,
-    params: &symphonia::core::codecs::CodecParameters,
-) -> Result<(Vec<Vec<f32>>, u32), DecodeError> {
-    let mut decoder = symphonia::default::get_codecs()
-        .make(params, &DecoderOptions::default())
-        .map_err(|e| match e {
-            SymphoniaError::Unsupported(what) => DecodeError::Unsupported(format!("codec: {what}")),
-            other => classify(other),
-        })?;
-    let mut channels: Vec<Vec<f32>> = Vec::new();
-    let mut rate = params.sample_rate.unwrap_or(0);
-    let mut bad = 0;
-    let mut buf: Option<SampleBuffer<f32>> = None;
-    packets(format, track_id, |_, packet| {
-        let decoded = match decoder.decode(packet) {
-            Ok(d) => d,
-            // A damaged packet is skipped, as players do, unless the file is mostly damage.
-            Err(SymphoniaError::DecodeError(e)) => {
-                bad += 1;
-                return if bad > MAX_BAD_PACKETS {
-                    Err(DecodeError::Corrupt(e.to_owned()))
-                } else {
-                    Ok(())
-                };
-            }
-            Err(e) => return Err(classify(e)),
-        };
-        let spec = *decoded.spec();
-        let n_ch = spec.channels.count();
-        if n_ch == 0 || n_ch > MAX_CHANNELS {
-            return Err(DecodeError::Unsupported(format!("{n_ch} channels")));
-        }
-        rate = spec.rate;
-        if channels.is_empty() {
-            channels = vec![Vec::new(); n_ch];
-        }
-        if channels.len() != n_ch {
-            return Err(DecodeError::Corrupt(
-                "channel count changes mid-stream".into(),
-            ));
-        }
-        let needed = decoded.capacity() as u64;
-        if buf
-            .as_ref()
-            .is_none_or(|b| (b.capacity() as u64) < needed * n_ch as u64)
-        {
-            buf = Some(SampleBuffer::new(needed, spec));
-        }
-        let sb = buf.as_mut().expect("set just above");
-        sb.copy_planar_ref(decoded);
-        let frames = sb.samples().len() / n_ch;
-        for (c, out) in channels.iter_mut().enumerate() {
-            out.extend_from_slice(&sb.samples()[c * frames..(c + 1) * frames]);
-        }
-        Ok(())
-    })?;
-    if rate == 0 {
-        return Err(DecodeError::Corrupt("no sample rate".into()));
-    }
-    Ok((channels, rate))
-}
-
-fn decode_opus(
-    format: &mut dyn FormatReader,
-    track_id: u32,
-    params: &symphonia::core::codecs::CodecParameters,
-) -> Result<(Vec<Vec<f32>>, u32), DecodeError> {
-    use audiopus::coder::Decoder;
-    use audiopus::{packet::Packet, Channels, MutSignals, SampleRate};
-
-    let n_ch = params.channels.map_or(0, |c| c.count());
-    let channels_kind = match n_ch {
-        1 => Channels::Mono,
-        2 => Channels::Stereo,
-        n => return Err(DecodeError::Unsupported(format!("Opus with {n} channels"))),
-    };
-    // OpusHead: bytes 10-11 are the pre-skip, in 48 kHz samples.
-    let pre_skip = params
-        .extra_data
-        .as_deref()
-        .filter(|h| h.len() >= 12 && h.starts_with(b"OpusHead"))
-        .map_or(0, |h| usize::from(u16::from_le_bytes([h[10], h[11]])));
-    let mut decoder = Decoder::new(SampleRate::Hz48000, channels_kind)
-        .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
-    // 120 ms is the longest Opus frame.
-    let mut pcm = vec![0f32; 5760 * n_ch];
-    let mut channels: Vec<Vec<f32>> = vec![Vec::new(); n_ch];
-    let mut bad = 0;
-    packets(format, track_id, |data, _| {
-        let packet = match Packet::try_from(data) {
-            Ok(p) => p,
-            Err(_) => return Ok(()),
-        };
-        let out =
-            MutSignals::try_from(&mut pcm[..]).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
-        match decoder.decode_float(Some(packet), out, false) {
-            Ok(frames) => {
-                for frame in pcm[..frames * n_ch].chunks_exact(n_ch) {
-                    for (c, &v) in frame.iter().enumerate() {
-                        channels[c].push(v);
-                    }
-                }
-                Ok(())
-            }
-            Err(e) => {
-                bad += 1;
-                if bad > MAX_BAD_PACKETS {
-                    Err(DecodeError::Corrupt(e.to_string()))
-                } else {
-                    Ok(())
-                }
-            }
-        }
-    })?;
-    for c in &mut channels {
-        c.drain(..pre_skip.min(c.len()));
-    }
-    Ok((channels, 48_000))
 }
 
 #[cfg(test)]

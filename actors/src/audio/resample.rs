@@ -132,6 +132,138 @@ pub fn resample_offline(
     Ok(out)
 }
 
+/// Resamples signals (one per channel) from `from` Hz to `to` Hz as they arrive, block by
+/// block, for files read a packet at a time. The output is aligned with the input (the
+/// resampler's delay is removed) and, after [`StreamResampler::finish`], `round(len * to /
+/// from)` long, as [`resample_offline`] gives it; memory is one chunk, whatever the length.
+pub struct StreamResampler {
+    inner: Option<FftFixedIn<f32>>,
+    from: usize,
+    to: usize,
+    pending: Vec<Vec<f32>>,
+    input: Vec<Vec<f32>>,
+    output: Vec<Vec<f32>>,
+    skip: usize,
+    consumed: u64,
+    produced: u64,
+}
+
+impl std::fmt::Debug for StreamResampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamResampler")
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .finish()
+    }
+}
+
+impl StreamResampler {
+    /// A resampler of `channels` signals from `from` Hz to `to` Hz.
+    pub fn new(from: usize, to: usize, channels: usize) -> Result<Self, ResampleError> {
+        if from == 0 || to == 0 || channels == 0 {
+            return Err(ResampleError(format!(
+                "cannot resample {channels} channels from {from} Hz to {to} Hz"
+            )));
+        }
+        let inner = if from == to {
+            None
+        } else {
+            Some(
+                FftFixedIn::<f32>::new(from, to, 1024, 2, channels)
+                    .map_err(|e| ResampleError(e.to_string()))?,
+            )
+        };
+        let (input, output, skip) = match &inner {
+            Some(r) => (
+                r.input_buffer_allocate(true),
+                r.output_buffer_allocate(true),
+                r.output_delay(),
+            ),
+            None => (Vec::new(), Vec::new(), 0),
+        };
+        Ok(Self {
+            inner,
+            from,
+            to,
+            pending: vec![Vec::new(); channels],
+            input,
+            output,
+            skip,
+            consumed: 0,
+            produced: 0,
+        })
+    }
+
+    /// Output samples `input` frames of input come to in all.
+    fn want(&self) -> u64 {
+        ((u128::from(self.consumed) * self.to as u128 + self.from as u128 / 2) / self.from as u128)
+            as u64
+    }
+
+    /// Resamples `block` (one slice per channel, equally long), appending to `out`.
+    pub fn push<B: AsRef<[f32]>>(
+        &mut self,
+        block: &[B],
+        out: &mut [Vec<f32>],
+    ) -> Result<(), ResampleError> {
+        let frames = block.first().map_or(0, |b| b.as_ref().len());
+        self.consumed += frames as u64;
+        if self.inner.is_none() {
+            for (o, b) in out.iter_mut().zip(block) {
+                o.extend_from_slice(b.as_ref());
+            }
+            self.produced += frames as u64;
+            return Ok(());
+        }
+        for (p, b) in self.pending.iter_mut().zip(block) {
+            p.extend_from_slice(b.as_ref());
+        }
+        self.drain(out, false)
+    }
+
+    /// Flushes what is left, so the output is exactly as long as the input says.
+    pub fn finish(&mut self, out: &mut [Vec<f32>]) -> Result<(), ResampleError> {
+        if self.inner.is_some() {
+            self.drain(out, true)?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, out: &mut [Vec<f32>], flush: bool) -> Result<(), ResampleError> {
+        let want = self.want();
+        let inner = self.inner.as_mut().expect("only called with a resampler");
+        loop {
+            let need = inner.input_frames_next();
+            let have = self.pending[0].len();
+            if have < need && !flush {
+                return Ok(());
+            }
+            if flush && self.produced >= want {
+                return Ok(());
+            }
+            let take = have.min(need);
+            for (buf, p) in self.input.iter_mut().zip(&mut self.pending) {
+                buf.clear();
+                buf.extend(p.drain(..take));
+                buf.resize(need, 0.0);
+            }
+            let (_, made) = inner
+                .process_into_buffer(&self.input, &mut self.output, None)
+                .map_err(|e| ResampleError(e.to_string()))?;
+            let drop = self.skip.min(made);
+            self.skip -= drop;
+            let mut keep = made - drop;
+            if flush {
+                keep = keep.min((want - self.produced) as usize);
+            }
+            for (o, buf) in out.iter_mut().zip(&self.output) {
+                o.extend_from_slice(&buf[drop..drop + keep]);
+            }
+            self.produced += keep as u64;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +360,46 @@ mod tests {
             .unwrap()
             .0;
         assert!((peak as i64 - 8_000).abs() <= 2, "peak at {peak}");
+    }
+
+    #[test]
+    fn streaming_resampling_matches_offline() {
+        let input: Vec<f32> = tone(440.0, 0.5, 3.0)
+            .iter()
+            .map(|&s| f32::from(s) / 32768.0)
+            .collect();
+        let stereo = vec![input.clone(), input.iter().map(|v| -v).collect()];
+        for (from, to) in [
+            (8_000, 16_000),
+            (8_000, 44_100),
+            (44_100, 16_000),
+            (16_000, 16_000),
+        ] {
+            let signal = resample_offline(&stereo, 8_000, from).unwrap();
+            let offline = resample_offline(&signal, from, to).unwrap();
+            let mut streamed = vec![Vec::new(); 2];
+            let mut r = StreamResampler::new(from, to, 2).unwrap();
+            // Odd block sizes, as packets come.
+            let mut pos = 0;
+            for size in [1usize, 997, 4096, 333].iter().cycle() {
+                if pos >= signal[0].len() {
+                    break;
+                }
+                let end = (pos + size).min(signal[0].len());
+                let block: Vec<Vec<f32>> = signal.iter().map(|c| c[pos..end].to_vec()).collect();
+                r.push(&block, &mut streamed).unwrap();
+                pos = end;
+            }
+            r.finish(&mut streamed).unwrap();
+            assert_eq!(streamed[0].len(), offline[0].len(), "{from} -> {to}");
+            let err = streamed[0]
+                .iter()
+                .zip(&offline[0])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(err < 1e-3, "{from} -> {to}: {err}");
+            assert!((streamed[0][1000] + streamed[1][1000]).abs() < 1e-6);
+        }
+        assert!(StreamResampler::new(0, 16_000, 1).is_err());
     }
 }

@@ -51,16 +51,11 @@ impl IntentState {
     fn transcript(&self) -> String {
         let mut lines: Vec<&(f64, String, String)> = self.lines.iter().collect();
         lines.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let text = dialogue(
+        dialogue(
             lines
                 .iter()
                 .map(|(_, who, text)| (who.as_str(), text.as_str())),
-        );
-        if text.is_empty() {
-            "(no speech yet)".to_owned()
-        } else {
-            text
-        }
+        )
     }
 
     fn start(&mut self, myself: &ActorRef<IntentMsg>) {

@@ -25,6 +25,10 @@ pub enum CallEnd {
     Disconnected(DisconnectReason),
     /// The client sent nothing, not even a ping, for the idle timeout.
     IdleTimeout,
+    /// A connection probe was answered and the client did not close it in time.
+    ProbeOver,
+    /// The client sent a frame larger than the server takes.
+    FrameTooLarge,
     /// One of the call's actors failed.
     ChildFailed(Child),
     /// The call could not start, or its supervisor failed without closing the socket.
@@ -84,6 +88,8 @@ impl std::fmt::Display for CallEnd {
                 f.write_str("disconnected: protocol error")
             }
             CallEnd::IdleTimeout => f.write_str("idle timeout"),
+            CallEnd::ProbeOver => f.write_str("probe answered"),
+            CallEnd::FrameTooLarge => f.write_str("frame too large"),
             CallEnd::ChildFailed(child) => write!(f, "{child} failed"),
             CallEnd::Failed => f.write_str("call failed"),
         }

@@ -7,8 +7,9 @@ use std::pin::Pin;
 /// The future of an intent classification.
 pub type IntentFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send>>;
 
-/// Classifies the intent of a transcript (lines of `Speaker: text`) into an intent result
-/// (`intents` with `intent` and `confidence`, and `reasoning`).
+/// Classifies the intent of a transcript (lines of `Speaker: text`; empty when nothing was
+/// said yet) into an intent result (`intents` with `intent` and `confidence`, and
+/// `reasoning`).
 pub trait IntentClassifier: Send + Sync + 'static {
     /// Starts a classification.
     fn classify(&self, transcript: String) -> IntentFuture;

@@ -25,6 +25,8 @@ pub struct CallSettings {
     /// A client that sends nothing (no message, no audio) for this long is gone: the call ends.
     /// AudioHook clients ping every 5 s, also while paused.
     pub idle_timeout: Duration,
+    /// A connection probe is closed this long after its `opened` if the client has not closed it.
+    pub probe_timeout: Duration,
     /// Utterances a transcriber holds while the ASR pool's live queue is full; beyond this the
     /// oldest held utterance is dropped (and counted).
     pub max_held_utterances: usize,
@@ -43,6 +45,7 @@ impl Default for CallSettings {
             quota_check: Duration::from_secs(30),
             disconnect_grace: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(30),
+            probe_timeout: Duration::from_secs(10),
             max_held_utterances: 8,
             external_label: "Customer".to_owned(),
             internal_label: "Agent".to_owned(),

@@ -45,6 +45,8 @@ pub enum CallMsg {
     Audio(Vec<u8>, Credit),
     /// The socket closed or failed on the client's side.
     SocketClosed,
+    /// The client sent a frame larger than the server takes; the socket is unusable.
+    FrameTooLarge,
     /// What a transcriber reports.
     Channel(TranscriberEvent),
     /// The intent actor's result.
@@ -55,6 +57,8 @@ pub enum CallMsg {
     IdleTick,
     /// The client did not answer our `disconnect` in time.
     GraceOver,
+    /// A connection probe was answered a while ago.
+    ProbeOver,
 }
 
 impl From<TranscriberEvent> for CallMsg {
@@ -244,6 +248,8 @@ impl CallState {
             tracing::info!(call = %self.args.call_id, "connection probe");
             let opened = self.session.opened(supported);
             self.send(&opened).await;
+            // A probe is answered and done; a client that keeps it open is not kept long.
+            myself.send_after(self.args.settings.probe_timeout, || CallMsg::ProbeOver);
             return Ok(());
         }
         if self.allowance().await?.is_exhausted() {
@@ -520,6 +526,7 @@ impl Actor for CallSupervisor {
             CallMsg::SocketClosed => {
                 state.end(&myself, CallEnd::ClientGone).await;
             }
+            CallMsg::FrameTooLarge => state.end(&myself, CallEnd::FrameTooLarge).await,
             CallMsg::Channel(TranscriberEvent::Transcript(t)) => {
                 if state.session.state() == State::Ended {
                     return Ok(());
@@ -592,6 +599,7 @@ impl Actor for CallSupervisor {
                     state.end(&myself, CallEnd::IdleTimeout).await;
                 }
             }
+            CallMsg::ProbeOver => state.end(&myself, CallEnd::ProbeOver).await,
             CallMsg::GraceOver => {
                 if state.session.state() == State::Disconnecting {
                     let end = state.disconnected();

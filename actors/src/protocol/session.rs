@@ -312,10 +312,13 @@ impl Session {
                 Step::Language(update.language, updated)
             }
             (State::Active | State::Paused, M::Paused(_)) => {
+                tracing::info!(session = ?self.id, "client paused the audio");
                 self.state = State::Paused;
                 Step::None
             }
-            (State::Active | State::Paused, M::Resumed(gap) | M::Discarded(gap)) => {
+            (State::Active | State::Paused, m @ (M::Resumed(gap) | M::Discarded(gap))) => {
+                tracing::info!(session = ?self.id, message = kind(&m), start_s = gap.start.secs(),
+                    skipped_s = gap.discarded.secs(), "client skipped audio");
                 if gap.discarded.secs() > 0.0 {
                     self.gaps.push(Gap {
                         at_sample: self.samples,
@@ -325,7 +328,10 @@ impl Session {
                 self.state = State::Active;
                 Step::None
             }
-            (_, M::Paused(_) | M::Resumed(_) | M::Discarded(_)) => Step::None,
+            (_, m @ (M::Paused(_) | M::Resumed(_) | M::Discarded(_))) => {
+                tracing::info!(session = ?self.id, message = kind(&m), "ignored in this state");
+                Step::None
+            }
             (_, M::Error(e)) => {
                 tracing::warn!(code = e.code, message = %e.message, "client reported an error");
                 Step::None
