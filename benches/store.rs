@@ -28,7 +28,11 @@ fn parts(dir: &std::path::Path) -> Parts {
     let store = open_store(&config.storage).expect("store");
     Parts {
         admin: Admin::new(config.clone(), store.clone()),
-        auth: Authenticator::new(config, store.clone()),
+        auth: Authenticator::new(
+            config.clone(),
+            store.clone(),
+            callstream::usage::Quotas::new(config, store.clone()),
+        ),
         store,
     }
 }
@@ -94,8 +98,32 @@ fn bench(c: &mut Criterion) {
                     amount: 42,
                     source: UsageSource::Chat,
                     at_ms: callstream::clock::now_ms(),
+                    call_id: None,
                 }))
                 .unwrap()
+        })
+    });
+    // The billing actor's write each second: the running totals of 1,000 calls in progress,
+    // one transaction and one flush to disk.
+    let started = callstream::clock::now_ms();
+    let mut second = 0u64;
+    group.throughput(Throughput::Elements(1000));
+    group.bench_function("checkpoint_1000_calls", |b| {
+        b.iter(|| {
+            second += 1;
+            let totals: Vec<UsageEvent> = (0..1000)
+                .map(|i| UsageEvent {
+                    org_id: org.id.clone(),
+                    key_id: "cc_bench".into(),
+                    end_user: None,
+                    kind: UsageKind::AudioMs,
+                    amount: second * 1000,
+                    source: UsageSource::Callstream,
+                    at_ms: started,
+                    call_id: Some(format!("call_{i}")),
+                })
+                .collect();
+            store.checkpoint(black_box(&totals)).unwrap()
         })
     });
     group.finish();

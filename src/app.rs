@@ -38,6 +38,8 @@ pub struct App {
     pub sessions: Arc<crate::auth::sessions::Sessions>,
     /// What guards the dashboard's sign-in form.
     pub sign_in: Arc<crate::auth::sessions::SignIn>,
+    /// Whether the process is stopping, and the work it waits for before it exits.
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
 /// Why the service could not be put together.
@@ -89,7 +91,9 @@ impl App {
                     .map_err(OpenError::Config)?,
             },
         );
+        let quotas = crate::usage::Quotas::new(config.clone(), store.clone());
         Ok(Self {
+            lifecycle: Arc::default(),
             slots: Arc::default(),
             sessions: Arc::default(),
             sign_in: Arc::new(crate::auth::sessions::SignIn::new(&config.dashboard)),
@@ -97,11 +101,12 @@ impl App {
                 config.clone(),
                 store.clone(),
                 llm.clone(),
+                quotas.clone(),
             )),
             asr,
             llm,
             chat,
-            auth: Arc::new(Authenticator::new(config.clone(), store.clone())),
+            auth: Arc::new(Authenticator::new(config.clone(), store.clone(), quotas)),
             admin: Admin::new(config.clone(), store.clone()),
             languages: Arc::new(languages),
             store,

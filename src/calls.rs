@@ -1,16 +1,20 @@
 //! Live calls, the service side: connector authentication of the AudioHook upgrade request,
-//! the process-wide billing actor's lifecycle, and the settings every call starts with. The
+//! the process-wide billing actor's lifecycle, the settings every call starts with, and the
+//! registry of calls in progress through which revocations and a shutdown reach them. The
 //! intent analysis behind the engine's port is [`crate::llm::profiles::LlmIntent`]; calls in
 //! progress for the dashboard are [`crate::live`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 use tokio::sync::OnceCell;
 
 use callstream_actors::billing::{Billing, BillingArgs, BillingMsg};
-use callstream_actors::call::{CallSettings, IntentClassifier, LiveStats};
+use callstream_actors::call::{
+    CallMsg, CallSettings, DisconnectReason, IntentClassifier, LiveStats,
+};
 use callstream_actors::usage::Account;
 
 use crate::auth::rfc9421::{self, NonceCache, Policy, RequestParts, SignatureError};
@@ -41,6 +45,46 @@ pub enum HandshakeError {
     Store(#[from] StoreError),
 }
 
+/// A call in progress.
+struct Running {
+    account: Account,
+    supervisor: ActorRef<CallMsg>,
+}
+
+/// A call's place in the registry; dropping it removes the call.
+pub struct Registered {
+    calls: Arc<Calls>,
+    call_id: String,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.calls.running_calls().remove(&self.call_id);
+    }
+}
+
+/// Every `every`, ends the calls whose connector or organisation is no longer valid. Stops
+/// when the calls are gone.
+async fn watch_revocations(calls: std::sync::Weak<Calls>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(calls) = calls.upgrade() else { return };
+        if calls.running() == 0 {
+            continue;
+        }
+        let check = calls.clone();
+        let Ok(revoked) = tokio::task::spawn_blocking(move || check.revoked()).await else {
+            continue;
+        };
+        for (id, supervisor) in revoked {
+            tracing::info!(call = %id, "connector revoked or organisation deleted: ending the call");
+            let _ = supervisor.cast(CallMsg::Disconnect(DisconnectReason::Revoked));
+        }
+    }
+}
+
 /// What live calls share.
 pub struct Calls {
     config: Arc<Config>,
@@ -48,6 +92,9 @@ pub struct Calls {
     quotas: Arc<Quotas>,
     nonces: NonceCache,
     billing: OnceCell<ActorRef<BillingMsg>>,
+    // A std Mutex: held to add, remove or list entries, never across an await.
+    running: Mutex<HashMap<String, Running>>,
+    watching: std::sync::Once,
     /// The intent analysis.
     pub classifier: Arc<dyn IntentClassifier>,
     /// Counters across calls.
@@ -58,13 +105,20 @@ pub struct Calls {
 
 impl Calls {
     /// The live-call services over `store`, analysing with `provider`.
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, provider: Arc<dyn Provider>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        provider: Arc<dyn Provider>,
+        quotas: Quotas,
+    ) -> Self {
         Self {
-            quotas: Arc::new(Quotas::new(config.clone(), store.clone())),
+            quotas: Arc::new(quotas),
             config,
             store,
             nonces: NonceCache::default(),
             billing: OnceCell::new(),
+            running: Mutex::default(),
+            watching: std::sync::Once::new(),
             classifier: Arc::new(LlmIntent::new(provider)),
             stats: Arc::new(LiveStats::default()),
             live: Arc::new(LiveCalls::default()),
@@ -78,7 +132,7 @@ impl Calls {
             vad: self.config.vad.config(),
             languages: languages.to_vec(),
             default_language: c.default_language.clone(),
-            quota_check: Duration::from_millis(c.quota_check_ms),
+            quota_slice: Duration::from_millis(c.quota_check_ms),
             disconnect_grace: Duration::from_millis(c.disconnect_grace_ms),
             idle_timeout: Duration::from_millis(c.idle_timeout_ms),
             probe_timeout: Duration::from_millis(c.probe_timeout_ms),
@@ -105,13 +159,101 @@ impl Calls {
             .cloned()
     }
 
-    /// Writes the usage of calls in progress and stops the billing actor.
-    pub async fn shutdown(&self) {
+    /// Registers a call in progress until the returned guard is dropped. The first call
+    /// starts the revocation watch.
+    pub fn register(
+        self: &Arc<Self>,
+        call_id: &str,
+        account: Account,
+        supervisor: ActorRef<CallMsg>,
+    ) -> Registered {
+        self.watching.call_once(|| {
+            tokio::spawn(watch_revocations(
+                Arc::downgrade(self),
+                Duration::from_millis(self.config.calls.revocation_check_ms),
+            ));
+        });
+        self.running_calls().insert(
+            call_id.to_owned(),
+            Running {
+                account,
+                supervisor,
+            },
+        );
+        Registered {
+            calls: self.clone(),
+            call_id: call_id.to_owned(),
+        }
+    }
+
+    fn running_calls(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.running
+            .lock()
+            .expect("call registry lock is never poisoned")
+    }
+
+    /// Calls in progress.
+    pub fn running(&self) -> usize {
+        self.running_calls().len()
+    }
+
+    /// Tells every call in progress to end for `reason`.
+    pub fn disconnect_all(&self, reason: DisconnectReason) {
+        for call in self.running_calls().values() {
+            let _ = call.supervisor.cast(CallMsg::Disconnect(reason));
+        }
+    }
+
+    /// Disconnects the calls in progress and waits, up to `within`, for them to end (their
+    /// usage written); then writes what is left and stops the billing actor.
+    pub async fn shutdown(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        self.disconnect_all(DisconnectReason::ServerStopping);
+        while self.running() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.running() > 0 {
+            tracing::warn!(
+                calls = self.running(),
+                "calls still open at shutdown; their usage is written now"
+            );
+        }
         if let Some(billing) = self.billing.get() {
             let _ = billing
                 .stop_and_wait(None, Some(Duration::from_secs(10)))
                 .await;
         }
+    }
+
+    /// The calls whose connector is revoked or gone, or whose organisation is deleted or gone.
+    fn revoked(&self) -> Vec<(String, ActorRef<CallMsg>)> {
+        let calls: Vec<(String, Account, ActorRef<CallMsg>)> = self
+            .running_calls()
+            .iter()
+            .map(|(id, c)| (id.clone(), c.account.clone(), c.supervisor.clone()))
+            .collect();
+        let mut connectors: HashMap<String, bool> = HashMap::new();
+        let mut orgs: HashMap<String, bool> = HashMap::new();
+        let mut ended = Vec::new();
+        for (id, account, supervisor) in calls {
+            // A store error is not a revocation: the call goes on and the next check retries.
+            let connector_live = *connectors.entry(account.key_id.clone()).or_insert_with(|| {
+                self.store
+                    .connector(&account.key_id)
+                    .map(|c| c.is_some_and(|(c, _)| c.revoked_at_ms.is_none()))
+                    .unwrap_or(true)
+            });
+            let org_live = *orgs.entry(account.org_id.clone()).or_insert_with(|| {
+                self.store
+                    .org(&account.org_id)
+                    .map(|o| o.is_some_and(|o| !o.deleted))
+                    .unwrap_or(true)
+            });
+            if !(connector_live && org_live) {
+                ended.push((id, supervisor));
+            }
+        }
+        ended
     }
 
     /// Authenticates an AudioHook upgrade request: the connector named by `X-API-Key` must

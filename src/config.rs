@@ -62,6 +62,8 @@ pub struct ServerConfig {
     /// A client must send a request's headers within this long (also how long an idle
     /// keep-alive connection is kept).
     pub header_read_timeout_ms: u64,
+    /// How long a graceful stop waits for work in progress to finish and be billed.
+    pub shutdown_timeout_ms: u64,
 }
 
 /// `[realtime]`.
@@ -243,10 +245,12 @@ impl VadSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallsConfig {
-    /// Interval of the quota check during a call.
+    /// Audio leased from the pool at a time (ms of audio): the quota check of a call.
     pub quota_check_ms: u64,
-    /// Interval of the incremental usage writes.
+    /// Interval of the running-total usage writes.
     pub billing_flush_ms: u64,
+    /// How often calls in progress check their connector and organisation.
+    pub revocation_check_ms: u64,
     /// How long the server waits for the client's `close` after sending `disconnect`.
     pub disconnect_grace_ms: u64,
     /// A call whose client sends nothing for this long ends (close 1000, reason `idle timeout`).
@@ -388,13 +392,14 @@ impl Config {
         let c = &self.calls;
         if c.quota_check_ms < 100
             || c.billing_flush_ms < 100
+            || c.revocation_check_ms < 100
             || c.idle_timeout_ms < 100
             || c.inbound_frames == 0
             || c.outbound_messages == 0
             || c.max_frame_bytes < 1024
         {
             return Err(invalid(
-                "calls: quota_check_ms, billing_flush_ms and idle_timeout_ms must be at least 100, \
+                "calls: quota_check_ms, billing_flush_ms, revocation_check_ms and idle_timeout_ms must be at least 100, \
                  inbound_frames and outbound_messages at least 1, max_frame_bytes at least 1024"
                     .into(),
             ));

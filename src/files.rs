@@ -4,12 +4,15 @@
 //! `POST /api/transcribe` and `callstream transcribe` both run [`transcribe`]; the route only
 //! reads the form and writes the JSON, the CLI only reads the file and prints.
 //!
-//! Order of work, cheapest refusal first: the language; the quota left; what the container
-//! declares (format, sample rate, channels, duration against `transcribe.max_duration_s` and
-//! against the quota left); then the file is decoded and transcribed as a stream, stopping as
-//! soon as it runs past either limit; then the analyses and the usage record. Nothing is billed
-//! unless all of it succeeds. Memory for one file is bounded whatever its length (see
-//! `callstream_actors::asr::file`).
+//! Order of work, cheapest refusal first: the language; what the container declares (format,
+//! sample rate, channels, duration against `transcribe.max_duration_s`); a reservation of the
+//! file's length against the payer's audio pool (its declared length, all of it, or when the
+//! container declares none, what is left up to the longest file accepted); then the file is
+//! decoded and transcribed as a stream, stopping as soon as it runs past what was reserved;
+//! then the analyses and the usage record, after which the reservation is given back. Nothing
+//! is billed unless all of it succeeds. A caller that goes away (the future is dropped) stops
+//! the work: no more audio is decoded and queued utterances are skipped. Memory for one file is
+//! bounded whatever its length (see `callstream_actors::asr::file`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -185,6 +188,36 @@ pub enum FileError {
     Internal(String),
 }
 
+/// Sets the cancel flag when dropped: when the future transcribing a file is dropped (its
+/// client went away), the speech work stops.
+#[derive(Default)]
+struct CancelOnDrop(callstream_actors::asr::file::Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The error of a file the decoder refused. A file that ran past `reserved_ms` (when that is
+/// below the longest file accepted, `max_ms`) ran past the payer's quota.
+fn decode_error(e: DecodeError, max_ms: u64, reserved_ms: Option<u64>) -> FileError {
+    match e {
+        DecodeError::TooLong { declared_secs, .. } => match reserved_ms.filter(|r| *r < max_ms) {
+            Some(left_ms) => FileError::QuotaTooSmall {
+                declared_ms: declared_secs.map(|d| (d * 1000.0).round() as u64),
+                left_ms,
+            },
+            None => FileError::TooLong {
+                limit_secs: max_ms as f64 / 1000.0,
+                declared_secs,
+            },
+        },
+        DecodeError::Unsupported(m) => FileError::Unsupported(m),
+        e => FileError::InvalidAudio(e.to_string()),
+    }
+}
+
 fn declared(secs: Option<f64>) -> String {
     secs.map(|d| format!(" (the file declares {d:.0} s)"))
         .unwrap_or_default()
@@ -222,57 +255,77 @@ pub async fn transcribe(
     if needs_model && engines.llm.is_none() {
         return Err(FileError::NoModel);
     }
-    // What is left of the quota bounds the file as its longest accepted length does; the
-    // decoder stops at the smaller of the two.
-    let left_ms = match payer {
+    let limits = DecodeLimits {
+        max_secs: engines.max_duration_s,
+        ..DecodeLimits::default()
+    };
+    let max_ms = (engines.max_duration_s * 1000.0) as u64;
+    // Dropped with this future when the caller goes away: the speech work stops.
+    let cancel = CancelOnDrop::default();
+    let started = Instant::now();
+    let opened =
+        tokio::task::spawn_blocking(move || FileDecoder::open(bytes, extension.as_deref(), limits))
+            .await
+            .map_err(|e| FileError::Internal(e.to_string()))?;
+    let mut decoder = opened.map_err(|e| decode_error(e, max_ms, None))?;
+    let declared_ms = decoder
+        .info()
+        .declared_secs
+        .map(|d| (d * 1000.0).ceil() as u64);
+    let reservation = match payer {
         Some(payer) => {
-            match payer
+            let now = crate::clock::now_ms();
+            let (want, min) = match declared_ms {
+                Some(ms) => (ms, ms),
+                None => (max_ms, 1),
+            };
+            let reserved = payer
                 .auth
-                .allowance(&payer.caller, UsageKind::AudioMs, crate::clock::now_ms())?
-            {
-                Allowance::Remaining(left) => Some(left),
-                Allowance::Unlimited => None,
+                .reserve(&payer.caller, UsageKind::AudioMs, want, min, now);
+            match reserved {
+                Ok(r) => Some(r),
+                Err(AuthError::QuotaExhausted(_)) => {
+                    let left_ms =
+                        match payer
+                            .auth
+                            .allowance(&payer.caller, UsageKind::AudioMs, now)?
+                        {
+                            Allowance::Remaining(left) => left,
+                            Allowance::Unlimited => 0,
+                        };
+                    return Err(FileError::QuotaTooSmall {
+                        declared_ms,
+                        left_ms,
+                    });
+                }
+                Err(e) => return Err(e.into()),
             }
         }
         None => None,
     };
-    let quota_secs = left_ms.map(|ms| ms as f64 / 1000.0);
-    let limits = DecodeLimits {
-        max_secs: quota_secs.map_or(engines.max_duration_s, |q| q.min(engines.max_duration_s)),
-        ..DecodeLimits::default()
-    };
-    let started = Instant::now();
+    // A file that does not declare its length stops past what could be reserved for it (one
+    // that does has its whole declared length reserved).
+    let reserved_ms = reservation
+        .as_ref()
+        .filter(|_| declared_ms.is_none())
+        .filter(|_| payer.is_some_and(|p| p.caller.plan.audio_minutes_per_month.is_some()))
+        .map(crate::usage::Reservation::amount);
+    if let Some(ms) = reserved_ms {
+        decoder.limit_secs(ms as f64 / 1000.0);
+    }
     let (pool, vad, lang) = (engines.pool.clone(), engines.vad, language.clone());
     let mut progress = progress.unwrap_or_else(|| Box::new(|_, _| {}));
+    let flag = cancel.0.clone();
     let done = tokio::task::spawn_blocking(move || {
-        let decoder = FileDecoder::open(bytes, extension.as_deref(), limits)?;
-        transcribe_file(&pool, decoder, &lang, vad, &mut *progress)
+        transcribe_file(&pool, decoder, &lang, vad, &mut *progress, &flag)
     })
     .await
     .map_err(|e| FileError::Internal(e.to_string()))?;
     let transcription = match done {
         Ok(t) => t,
-        Err(TranscribeError::Decode(DecodeError::TooLong { declared_secs, .. })) => {
-            // Which limit was passed: the quota's, when it is the smaller one and the file is
-            // not also over the longest accepted length.
-            let by_quota = quota_secs.is_some_and(|q| q < engines.max_duration_s)
-                && declared_secs.is_none_or(|d| d <= engines.max_duration_s);
-            return Err(match (by_quota, left_ms) {
-                (true, Some(left_ms)) => FileError::QuotaTooSmall {
-                    declared_ms: declared_secs.map(|d| (d * 1000.0).round() as u64),
-                    left_ms,
-                },
-                _ => FileError::TooLong {
-                    limit_secs: engines.max_duration_s,
-                    declared_secs,
-                },
-            });
-        }
-        Err(TranscribeError::Decode(DecodeError::Unsupported(m))) => {
-            return Err(FileError::Unsupported(m))
-        }
-        Err(TranscribeError::Decode(e)) => return Err(FileError::InvalidAudio(e.to_string())),
+        Err(TranscribeError::Decode(e)) => return Err(decode_error(e, max_ms, reserved_ms)),
         Err(TranscribeError::Asr(e)) => return Err(FileError::Speech(e)),
+        Err(TranscribeError::Cancelled) => return Err(FileError::Internal("cancelled".into())),
     };
     let transcribed = started.elapsed();
     let duration_ms = (transcription.duration_secs * 1000.0).round() as u64;
@@ -337,16 +390,15 @@ pub async fn transcribe(
         "file transcribed"
     );
 
-    if let Some(payer) = payer {
-        crate::usage::record(
-            payer.store.clone(),
-            &payer.caller.account(),
-            UsageKind::AudioMs,
-            duration_ms,
-            UsageSource::Transcribe,
-            payer.end_user.clone(),
-        )
-        .await?;
+    if let (Some(payer), Some(reservation)) = (payer, reservation) {
+        reservation
+            .settle(
+                &payer.caller.account(),
+                duration_ms,
+                UsageSource::Transcribe,
+                payer.end_user.clone(),
+            )
+            .await?;
     }
 
     let text = segments

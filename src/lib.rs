@@ -15,6 +15,7 @@ pub mod config;
 pub mod dashboard;
 pub mod files;
 pub mod http;
+pub mod lifecycle;
 pub mod live;
 pub mod llm;
 pub mod peer;

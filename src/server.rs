@@ -27,6 +27,8 @@ pub struct Server {
     http: JoinHandle<()>,
     admin: JoinHandle<()>,
     calls: std::sync::Arc<crate::calls::Calls>,
+    lifecycle: Arc<crate::lifecycle::Lifecycle>,
+    shutdown_timeout: Duration,
 }
 
 /// Why the server could not start.
@@ -51,6 +53,8 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
         .map_err(ServeError::AdminSocket)?;
     let admin = tokio::spawn(socket::serve(admin_listener, app.admin.clone()));
     let calls = app.calls.clone();
+    let lifecycle = app.lifecycle.clone();
+    let shutdown_timeout = Duration::from_millis(app.config.server.shutdown_timeout_ms);
     let (shutdown, signal) = oneshot::channel::<()>();
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         admin.abort();
@@ -100,6 +104,8 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
         http,
         admin,
         calls,
+        lifecycle,
+        shutdown_timeout,
     })
 }
 
@@ -183,13 +189,30 @@ fn incoming(
 }
 
 impl Server {
-    /// Stops accepting, lets requests in flight finish, and returns when done.
-    pub async fn stop(self) {
+    /// Stops: no new connections; live feeds end, realtime sessions close (going away), live calls
+    /// are disconnected; requests, calls and turns in progress get `server.shutdown_timeout_ms`
+    /// to finish and be billed; then the usage of anything still open is written. Returns within
+    /// that bound plus the last usage write.
+    pub async fn stop(mut self) {
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        self.lifecycle.stop();
+        self.calls
+            .disconnect_all(callstream_actors::call::DisconnectReason::ServerStopping);
         let _ = self.shutdown.send(());
-        let _ = self.http.await;
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+        if tokio::time::timeout(left(), &mut self.http).await.is_err() {
+            tracing::warn!("requests still running at the shutdown deadline; they are dropped");
+            self.http.abort();
+        }
         self.admin.abort();
         let _ = self.admin.await;
-        // Usage of calls still in progress is written before the process ends.
-        self.calls.shutdown().await;
+        // Calls end with their usage written; then whatever is left is flushed.
+        self.calls.shutdown(left()).await;
+        if !self.lifecycle.drained(left()).await {
+            tracing::warn!(
+                running = self.lifecycle.running(),
+                "work still running at the shutdown deadline"
+            );
+        }
     }
 }

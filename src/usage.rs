@@ -1,6 +1,14 @@
-//! Quotas and usage reports, derived from the ledger's daily totals and the plans.
+//! Quotas and usage reports, derived from the ledger's daily totals and the plans, and the
+//! reservations work in progress holds against them.
+//!
+//! Every piece of metered work reserves its worst case before it starts (a chat turn its
+//! prompt and `max_tokens`, a file its length, a live call a slice of audio at a time) and
+//! gives the reservation back once its real usage is in the ledger. What is left for new work
+//! is the quota minus the ledger minus the reservations, checked and taken in one step under
+//! one lock, so parallel requests never share the same remainder.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use callstream_actors::usage::{Account, Allowance, QuotaGate, UsageError, UsageKind};
 use serde::{Deserialize, Serialize};
@@ -12,11 +20,75 @@ use crate::store::{DayUsage, Store, StoreError};
 /// Milliseconds in an audio-minute.
 pub const MS_PER_MINUTE: u64 = 60_000;
 
-/// Quota answers for every organisation.
+/// Quota answers for every organisation, and the reservations of work in progress. Clones
+/// share the reservations: build one per process.
 #[derive(Clone)]
 pub struct Quotas {
     config: Arc<Config>,
     store: Arc<dyn Store>,
+    // A std Mutex: held for one ledger read, never across an await.
+    reserved: Arc<Mutex<HashMap<(String, UsageKind), u64>>>,
+}
+
+/// A reservation against a pool, given back when dropped. [`Reservation::settle`] records the
+/// real usage first.
+pub struct Reservation {
+    quotas: Quotas,
+    org_id: String,
+    kind: UsageKind,
+    amount: u64,
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("org_id", &self.org_id)
+            .field("kind", &self.kind)
+            .field("amount", &self.amount)
+            .finish()
+    }
+}
+
+impl Reservation {
+    /// How much is reserved.
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+
+    /// Keeps the reservation held past this value; the caller gives it back with
+    /// [`QuotaGate::release`]. Returns the amount.
+    fn keep(mut self) -> u64 {
+        std::mem::take(&mut self.amount)
+    }
+
+    /// Records `used` for `account` (durably), then gives the reservation back.
+    pub async fn settle(
+        self,
+        account: &Account,
+        used: u64,
+        source: callstream_actors::usage::UsageSource,
+        end_user: Option<String>,
+    ) -> Result<(), UsageError> {
+        if used == 0 {
+            return Ok(());
+        }
+        record(
+            self.quotas.store.clone(),
+            account,
+            self.kind,
+            used,
+            source,
+            end_user,
+        )
+        .await
+        // Dropping `self` gives the reservation back, after the usage is in the ledger.
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.quotas.release(&self.org_id, self.kind, self.amount);
+    }
 }
 
 /// One pool of an organisation in one month.
@@ -61,14 +133,25 @@ pub struct PoolReportSeconds {
 impl Quotas {
     /// Quotas over `store` with the plans of `config`.
     pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
-        Self { config, store }
+        Self {
+            config,
+            store,
+            reserved: Arc::default(),
+        }
     }
 
+    /// The plan of a live organisation (a deleted one is gone).
     fn plan_of(&self, org_id: &str) -> Result<(String, Plan), UsageError> {
+        self.org_plan(org_id, false)
+    }
+
+    /// The plan's name and terms of `org_id`; of a deleted organisation too if `deleted_too`.
+    fn org_plan(&self, org_id: &str, deleted_too: bool) -> Result<(String, Plan), UsageError> {
         let org = self
             .store
             .org(org_id)
             .map_err(UsageError::from)?
+            .filter(|o| deleted_too || !o.deleted)
             .ok_or_else(|| UsageError::UnknownOrg(org_id.to_owned()))?;
         let plan = self
             .config
@@ -97,9 +180,10 @@ impl Quotas {
         Ok((days, tokens, audio))
     }
 
-    /// The report of `org_id` for the month containing `at_ms`.
+    /// The report of `org_id` for the month containing `at_ms` (a deleted organisation's
+    /// too: its usage stays readable to operators).
     pub fn report(&self, org_id: &str, at_ms: i64) -> Result<UsageReport, UsageError> {
-        let (plan_name, plan) = self.plan_of(org_id)?;
+        let (plan_name, plan) = self.org_plan(org_id, true)?;
         let month = clock::month_of(at_ms);
         let (days, tokens, audio_ms) = self.month_totals(org_id, &month)?;
         let token_quota = plan.chat_tokens_per_month;
@@ -127,9 +211,86 @@ impl Quotas {
 }
 
 impl Quotas {
-    /// What is left of `kind`'s pool for `org_id` on `plan`, for callers that already hold the
-    /// organisation's plan (the edge does): it saves reading the organisation again.
+    /// What is left of `kind`'s pool for `org_id` on `plan`, net of reservations, for callers
+    /// that already hold the organisation's plan (the edge does).
     pub fn allowance_for(
+        &self,
+        org_id: &str,
+        plan: &Plan,
+        kind: UsageKind,
+        at_ms: i64,
+    ) -> Result<Allowance, StoreError> {
+        let reserved = self.reserved_of(org_id, kind);
+        Ok(match self.unreserved(org_id, plan, kind, at_ms)? {
+            Allowance::Remaining(left) => Allowance::Remaining(left.saturating_sub(reserved)),
+            unlimited => unlimited,
+        })
+    }
+
+    /// Reserves up to `want` of `kind` for `org_id` on `plan`, at least `min` (else nothing):
+    /// `None` when less than `min` is left. The reservation is given back when dropped.
+    pub fn reserve_for(
+        &self,
+        org_id: &str,
+        plan: &Plan,
+        kind: UsageKind,
+        want: u64,
+        min: u64,
+        at_ms: i64,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let mut reserved = self
+            .reserved
+            .lock()
+            .expect("reservation lock is never poisoned");
+        let held = reserved
+            .get(&(org_id.to_owned(), kind))
+            .copied()
+            .unwrap_or(0);
+        let granted = match self.unreserved(org_id, plan, kind, at_ms)? {
+            Allowance::Unlimited => want,
+            Allowance::Remaining(left) => want.min(left.saturating_sub(held)),
+        };
+        if granted < min.max(1) && want > 0 {
+            return Ok(None);
+        }
+        *reserved.entry((org_id.to_owned(), kind)).or_insert(0) += granted;
+        drop(reserved);
+        Ok(Some(Reservation {
+            quotas: self.clone(),
+            org_id: org_id.to_owned(),
+            kind,
+            amount: granted,
+        }))
+    }
+
+    fn reserved_of(&self, org_id: &str, kind: UsageKind) -> u64 {
+        self.reserved
+            .lock()
+            .expect("reservation lock is never poisoned")
+            .get(&(org_id.to_owned(), kind))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
+        if amount == 0 {
+            return;
+        }
+        let mut reserved = self
+            .reserved
+            .lock()
+            .expect("reservation lock is never poisoned");
+        let key = (org_id.to_owned(), kind);
+        if let Some(held) = reserved.get_mut(&key) {
+            *held = held.saturating_sub(amount);
+            if *held == 0 {
+                reserved.remove(&key);
+            }
+        }
+    }
+
+    /// What the ledger leaves of the quota, reservations aside.
+    fn unreserved(
         &self,
         org_id: &str,
         plan: &Plan,
@@ -164,6 +325,27 @@ impl QuotaGate for Quotas {
         let (_, plan) = self.plan_of(org_id)?;
         Ok(self.allowance_for(org_id, &plan, kind, at_ms)?)
     }
+
+    fn reserve(
+        &self,
+        org_id: &str,
+        kind: UsageKind,
+        want: u64,
+        at_ms: i64,
+    ) -> Result<u64, UsageError> {
+        let (_, plan) = self.plan_of(org_id)?;
+        Ok(
+            match self.reserve_for(org_id, &plan, kind, want, 1, at_ms)? {
+                // The caller gives it back through `release`.
+                Some(r) => r.keep(),
+                None => 0,
+            },
+        )
+    }
+
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
+        Quotas::release(self, org_id, kind, amount);
+    }
 }
 
 /// Appends a usage event for `account` and waits until it is durable. Runs the store write on
@@ -184,6 +366,7 @@ pub async fn record(
         amount,
         source,
         at_ms: clock::now_ms(),
+        call_id: None,
     };
     tokio::task::spawn_blocking(move || store.record(&event))
         .await

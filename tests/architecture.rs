@@ -286,7 +286,7 @@ fn close_codes_are_chosen_in_one_place() {
                 continue;
             }
             let text = code(file);
-            for number in ["1011", "4401", "4402", "4404", "close_with(1000"] {
+            for number in ["1001", "1011", "4401", "4402", "4404", "close_with(1000"] {
                 assert!(
                     !text.contains(number),
                     "{} names the close code {number}; close codes come from http::errors::close_frame",

@@ -322,7 +322,7 @@ async fn mcp_tools_are_offered_called_and_answered() {
 }
 
 #[tokio::test]
-async fn tool_loop_cap_returns_no_priced_answer() {
+async fn tool_loop_cap_shows_no_usage_but_bills_the_generations() {
     let (mcp_url, orders) = common::mcp::start().await;
     let fake = FakeUpstream::start().await;
     fake.push_tool_calls(2);
@@ -345,7 +345,11 @@ async fn tool_loop_cap_returns_no_priced_answer() {
     assert_eq!(body["choices"][0]["message"]["content"], "");
     assert!(body["usage"].is_null());
     assert_eq!(orders.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert_eq!(tokens_used(&env, &org), 0, "an unpriced turn bills nothing");
+    assert_eq!(
+        tokens_used(&env, &org),
+        2 * (30 + 8),
+        "the client sees no usage, the ledger has both generations"
+    );
 }
 
 #[tokio::test]

@@ -174,6 +174,7 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
                 amount,
                 source: UsageSource::Transcribe,
                 at_ms: callstream::clock::now_ms(),
+                call_id: None,
             })
             .unwrap()
     };

@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use callstream::auth::rfc9421::{sign_audiohook, RequestParts};
+use common::audiohook::{audiohook_request, message, metric, open, session_id};
+use common::dashboard::{sign_in, sign_in_form};
 use common::upstream::{FakeUpstream, Reply};
 use common::{Env, Server};
 
@@ -371,94 +372,6 @@ async fn a_realtime_client_that_stops_reading_is_dropped_and_others_are_served()
 }
 
 /// A signed AudioHook upgrade request.
-fn audiohook_request(
-    server: &Server,
-    client_id: &str,
-    secret: &str,
-) -> tokio_tungstenite::tungstenite::handshake::client::Request {
-    let session = uuid::Uuid::new_v4().to_string();
-    let mut headers = vec![
-        (
-            "audiohook-organization-id".to_owned(),
-            uuid::Uuid::new_v4().to_string(),
-        ),
-        (
-            "audiohook-correlation-id".to_owned(),
-            uuid::Uuid::new_v4().to_string(),
-        ),
-        ("audiohook-session-id".to_owned(), session),
-        ("x-api-key".to_owned(), client_id.to_owned()),
-    ];
-    let authority = server.addr.to_string();
-    let parts = RequestParts {
-        method: "GET",
-        target: "/api/callstream/ws",
-        authority: &authority,
-        headers: &headers,
-    };
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let (input, signature) = sign_audiohook(&parts, client_id, secret, created).unwrap();
-    headers.push(("signature-input".to_owned(), input));
-    headers.push(("signature".to_owned(), signature));
-    let mut request = format!("ws://{}/api/callstream/ws", server.addr)
-        .into_client_request()
-        .unwrap();
-    for (k, v) in &headers {
-        request.headers_mut().insert(
-            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            v.parse().unwrap(),
-        );
-    }
-    request
-}
-
-fn session_id(request: &tokio_tungstenite::tungstenite::handshake::client::Request) -> String {
-    request.headers()["audiohook-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
-fn message(id: &str, seq: u64, kind: &str, parameters: Value) -> Message {
-    Message::text(
-        json!({"version": "2", "id": id, "type": kind, "seq": seq, "serverseq": 0,
-            "position": "PT0S", "parameters": parameters})
-        .to_string(),
-    )
-}
-
-fn open(probe: bool) -> Value {
-    let nil = "00000000-0000-0000-0000-000000000000";
-    let (conversation, participant) = if probe {
-        (nil.to_owned(), nil.to_owned())
-    } else {
-        (
-            uuid::Uuid::new_v4().to_string(),
-            uuid::Uuid::new_v4().to_string(),
-        )
-    };
-    json!({"organizationId": uuid::Uuid::new_v4().to_string(), "conversationId": conversation,
-        "participant": {"id": participant, "ani": "", "aniName": "", "dnis": ""},
-        "media": [{"type": "audio", "format": "PCMU", "channels": ["external", "internal"],
-            "rate": 8000}], "language": "en-US"})
-}
-
-async fn metric(server: &Server, name: &str) -> f64 {
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_calls_that_stall_probe_or_send_oversized_frames_end_and_are_billed() {
     let env = Env::new(&[
@@ -579,65 +492,6 @@ async fn live_calls_that_stall_probe_or_send_oversized_frames_end_and_are_billed
 }
 
 /// A sign-in form: the token in the page, and the cookie that binds it to this browser.
-async fn sign_in_form(client: &reqwest::Client, server: &Server) -> (String, String) {
-    let resp = client
-        .get(server.url("/dashboard/login"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = resp.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let page = resp.text().await.unwrap();
-    let start = page.find(r#"name="csrf" value=""#).unwrap() + 19;
-    (page[start..].split('"').next().unwrap().to_owned(), cookie)
-}
-
-/// `application/x-www-form-urlencoded` of `fields`.
-fn form_body(fields: &[(&str, &str)]) -> String {
-    let encode = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                b' ' => "+".to_owned(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
-    fields
-        .iter()
-        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-async fn sign_in(
-    client: &reqwest::Client,
-    server: &Server,
-    (token, cookie): &(String, String),
-    email: &str,
-    password: &str,
-) -> reqwest::Response {
-    client
-        .post(server.url("/dashboard/login"))
-        .header("cookie", cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form_body(&[
-            ("csrf", token),
-            ("email", email),
-            ("password", password),
-        ]))
-        .send()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_cannot_be_replayed_or_flooded() {
     let env = Env::new(&[]);

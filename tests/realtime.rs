@@ -83,7 +83,7 @@ async fn missing_or_invalid_key_closes_with_4401() {
 }
 
 #[tokio::test]
-async fn embedded_model_streams_many_turns_and_bills_each() {
+async fn embedded_model_streams_many_turns_and_bills_each_even_when_the_client_leaves() {
     let env = Env::new(&[]);
     let server = env.serve();
     let (org, _, secret) = env.org_with_key("Acme");
@@ -116,16 +116,35 @@ async fn embedded_model_streams_many_turns_and_bills_each() {
         );
         billed += usage["total_tokens"].as_u64().unwrap();
     }
+    // A third turn asks for a long answer; the client reads one delta and hangs up.
+    let earlier = billed;
+    send(
+        &mut ws,
+        message("Count from one to three hundred in words, one number per line."),
+    )
+    .await;
+    match next(&mut ws).await {
+        Got::Frame(f) if f["type"] == "delta" => {}
+        other => panic!("{other:?}"),
+    }
     drop(ws);
+    // A graceful stop waits for the abandoned turn to be billed.
     server.stop();
     let events = open_store(&env.data_dir())
         .usage_events(&org, 0, i64::MAX)
         .unwrap();
-    assert_eq!(events.len(), 2);
-    assert_eq!(events.iter().map(|e| e.amount).sum::<u64>(), billed);
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[..2].iter().map(|e| e.amount).sum::<u64>(), billed);
     assert!(events.iter().all(|e| e.source == UsageSource::Realtime));
     assert_eq!(events[0].end_user.as_deref(), Some("caller-0"));
     assert_eq!(events[1].end_user.as_deref(), Some("caller-1"));
+    // Billed: its prompt (about what one earlier turn's cost) and the few tokens generated
+    // before the model noticed nobody was reading, far fewer than the 300 numbers asked for.
+    let left_early = events[2].amount;
+    assert!(
+        left_early > earlier / 4 && left_early < earlier + 400,
+        "{left_early} tokens billed for the abandoned turn"
+    );
 }
 
 #[tokio::test]
@@ -264,9 +283,13 @@ async fn rpm_budget_is_checked_per_turn_and_shared_with_rest() {
 #[tokio::test]
 async fn exhausted_token_quota_closes_with_4402() {
     let fake = FakeUpstream::start().await;
-    fake.push(Reply::Text(vec!["first"], (15, 10)));
+    // The first turn leaves 100 tokens: less than the next turn's prompt may cost.
+    fake.push(Reply::Text(vec!["first"], (300, 200)));
     let mut extra = fake.env();
-    extra.push(("CALLSTREAM_PLANS__FREE__CHAT_TOKENS_PER_MONTH", "20".into()));
+    extra.push((
+        "CALLSTREAM_PLANS__FREE__CHAT_TOKENS_PER_MONTH",
+        "600".into(),
+    ));
     let env = Env::with(extra);
     let server = env.serve();
     let (_, _, secret) = env.org_with_key("Acme");
@@ -330,4 +353,7 @@ async fn tool_loop_cap_ends_the_turn_with_null_usage() {
     let mut ws = connect(server.addr, Some(&secret)).await;
     let (_, last) = turn(&mut ws, message("order 1?")).await;
     assert_eq!(last, Got::Frame(json!({"type": "done", "usage": null})));
+    // The client is told `null`; the ledger has both generations.
+    let used = env.cli_json(&["usage", &org])["chat_tokens"]["used"].clone();
+    assert_eq!(used, json!(2 * (30 + 8)));
 }

@@ -1,9 +1,15 @@
 //! The billing actor: one per process. Live calls report the audio they receive; the actor
-//! adds it up per call, writes what is new to the ledger about every 30 s and when a call
-//! ends, and answers quota checks counting what is not written yet.
+//! adds it up per call and writes every call's running total to the ledger about once a second
+//! (one flush to disk for all calls in progress), and once more when a call ends. A crash loses
+//! at most the audio since the last write.
+//!
+//! Calls stream against leases: before it serves audio a call takes a slice of the
+//! organisation's audio pool ([`BillingMsg::Lease`]) and takes another when that slice is used
+//! up; an organisation with nothing left gets no slice. A lease is a reservation in the
+//! [`QuotaGate`], handed back as the audio it covers reaches the ledger or when the call ends.
 //!
 //! Amounts are whole milliseconds derived from whole samples (8 per millisecond at 8 kHz), so
-//! the ledger rows of a call add up to exactly the audio it streamed, rounded down to the
+//! a call's ledger rows add up to exactly the audio it streamed, rounded down to the
 //! millisecond once, at the end.
 
 use std::collections::HashMap;
@@ -12,12 +18,13 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::usage::{
-    Account, Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink, UsageSource,
-};
+use crate::usage::{Account, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink, UsageSource};
 
 /// Samples per millisecond of live-call audio (8 kHz).
-const SAMPLES_PER_MS: u64 = 8;
+pub const SAMPLES_PER_MS: u64 = 8;
+
+/// Milliseconds in a UTC day: a call's running total starts a new row each day.
+const DAY_MS: i64 = 86_400_000;
 
 /// Messages of the [`Billing`] actor.
 #[derive(Debug)]
@@ -36,12 +43,15 @@ pub enum BillingMsg {
         /// Samples per channel, 8 kHz.
         samples: u64,
     },
-    /// What is left of the organisation's audio pool, counting audio not yet written.
-    Check {
-        /// The organisation.
-        org_id: String,
+    /// A call asks for another slice of the audio pool. Answers the milliseconds granted:
+    /// up to `want_ms`, zero when nothing is left.
+    Lease {
+        /// Call id.
+        call: String,
+        /// Milliseconds of audio wanted.
+        want_ms: u64,
         /// The answer.
-        reply: RpcReplyPort<Result<Allowance, UsageError>>,
+        reply: RpcReplyPort<Result<u64, UsageError>>,
     },
     /// The call ended: write the rest and forget it. Answers the call's total, in ms.
     End {
@@ -54,18 +64,48 @@ pub enum BillingMsg {
     Flush,
 }
 
+/// How long a call waits for the billing actor before it gives up on an answer.
+pub const BILLING_WAIT: Duration = Duration::from_secs(5);
+
 /// Ends a call's metering: writes the rest of its usage and logs the outcome. A write that
 /// fails stays pending in the actor and is retried at the next flush.
 pub async fn end_call(billing: &ActorRef<BillingMsg>, call_id: &str) {
     let call = call_id.to_owned();
-    match ractor::call!(billing, |reply| BillingMsg::End { call, reply }) {
+    match ractor::call_t!(
+        billing,
+        |reply| BillingMsg::End { call, reply },
+        BILLING_WAIT.as_millis() as u64
+    ) {
         Ok(Ok(ms)) => {
             tracing::info!(call = %call_id, billed_s = ms as f64 / 1000.0, "call billed")
         }
         Ok(Err(e)) => {
             tracing::error!(call = %call_id, error = %e, "call usage not written yet; billing retries")
         }
-        Err(e) => tracing::error!(call = %call_id, error = %e, "billing actor unreachable"),
+        Err(e) => {
+            tracing::error!(call = %call_id, error = %e, "billing actor did not answer; it writes the call at its next flush")
+        }
+    }
+}
+
+/// Asks for another slice of the audio pool for `call_id`, waiting at most [`BILLING_WAIT`].
+pub async fn lease(
+    billing: &ActorRef<BillingMsg>,
+    call_id: &str,
+    want_ms: u64,
+) -> Result<u64, UsageError> {
+    let call = call_id.to_owned();
+    match ractor::call_t!(
+        billing,
+        |reply| BillingMsg::Lease {
+            call,
+            want_ms,
+            reply
+        },
+        BILLING_WAIT.as_millis() as u64
+    ) {
+        Ok(answer) => answer,
+        Err(e) => Err(UsageError::Store(format!("billing did not answer: {e}"))),
     }
 }
 
@@ -73,7 +113,7 @@ pub async fn end_call(billing: &ActorRef<BillingMsg>, call_id: &str) {
 pub struct BillingArgs {
     /// Where events go (durably).
     pub sink: Arc<dyn UsageSink>,
-    /// Where allowances come from.
+    /// Where allowances and reservations come from.
     pub gate: Arc<dyn QuotaGate>,
     /// How often to write.
     pub flush_every: Duration,
@@ -85,13 +125,25 @@ pub struct BillingArgs {
 struct Meter {
     account: Account,
     samples: u64,
+    /// Written to the ledger, in all.
     billed_ms: u64,
+    /// The ledger row of today's part of the call: when it began, and its total.
+    row_at_ms: i64,
+    row_ms: u64,
+    /// Leased from the pool, in all; and given back so far.
+    leased_ms: u64,
+    released_ms: u64,
     ended: bool,
 }
 
 impl Meter {
     fn due_ms(&self) -> u64 {
         self.samples / SAMPLES_PER_MS - self.billed_ms
+    }
+
+    /// What is still reserved in the gate for this call.
+    fn outstanding_ms(&self) -> u64 {
+        self.leased_ms - self.released_ms
     }
 }
 
@@ -106,60 +158,81 @@ pub struct BillingState {
 pub struct Billing;
 
 impl BillingState {
-    /// Writes what is due for `calls` (all when `None`); a failed write is kept for the next
-    /// flush. Returns the first error.
+    /// Gives back up to `ms` of `meter`'s lease.
+    fn release(gate: &dyn QuotaGate, meter: &mut Meter, ms: u64) {
+        let ms = ms.min(meter.outstanding_ms());
+        if ms > 0 {
+            gate.release(&meter.account.org_id, UsageKind::AudioMs, ms);
+            meter.released_ms += ms;
+        }
+    }
+
+    /// Writes the running totals of `calls` (all when `None`) that grew, in one batch; a
+    /// failed write is kept for the next flush.
     async fn flush(&mut self, only: Option<&str>) -> Result<(), UsageError> {
         let now = (self.args.now_ms)();
-        let events: Vec<(String, UsageEvent)> = self
-            .calls
-            .iter()
-            .filter(|(id, m)| only.is_none_or(|o| o == id.as_str()) && m.due_ms() > 0)
-            .map(|(id, m)| {
-                let event = UsageEvent {
-                    org_id: m.account.org_id.clone(),
-                    key_id: m.account.key_id.clone(),
-                    end_user: None,
-                    kind: UsageKind::AudioMs,
-                    amount: m.due_ms(),
-                    source: UsageSource::Callstream,
-                    at_ms: now,
-                };
-                (id.clone(), event)
-            })
-            .collect();
-        let mut first_error = None;
-        if !events.is_empty() {
+        let mut rows = Vec::new();
+        let mut written = Vec::new();
+        for (id, m) in &self.calls {
+            if only.is_some_and(|o| o != id.as_str()) || m.due_ms() == 0 {
+                continue;
+            }
+            let due = m.due_ms();
+            // A new day starts a new row, so day totals and ledger rows agree.
+            let (at_ms, before) = if m.row_at_ms.div_euclid(DAY_MS) == now.div_euclid(DAY_MS) {
+                (m.row_at_ms, m.row_ms)
+            } else {
+                (now, 0)
+            };
+            rows.push(UsageEvent {
+                org_id: m.account.org_id.clone(),
+                key_id: m.account.key_id.clone(),
+                end_user: None,
+                kind: UsageKind::AudioMs,
+                amount: before + due,
+                source: UsageSource::Callstream,
+                at_ms,
+                call_id: Some(id.clone()),
+            });
+            written.push((id.clone(), at_ms, before + due, due));
+        }
+        let mut result = Ok(());
+        if !rows.is_empty() {
             let sink = self.args.sink.clone();
             // The sink ends in an fsync: keep it off the async workers.
-            let results = tokio::task::spawn_blocking(move || {
-                events
-                    .into_iter()
-                    .map(|(id, e)| {
-                        let r = sink.record(&e);
-                        (id, e.amount, r)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .map_err(|e| UsageError::Store(format!("billing write task failed: {e}")))?;
-            for (id, amount, result) in results {
-                match result {
-                    Ok(()) => {
+            let outcome = tokio::task::spawn_blocking(move || sink.checkpoint(&rows))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(UsageError::Store(format!("billing write task failed: {e}")))
+                });
+            match outcome {
+                Ok(()) => {
+                    for (id, at_ms, total, due) in written {
                         if let Some(m) = self.calls.get_mut(&id) {
-                            m.billed_ms += amount;
+                            m.row_at_ms = at_ms;
+                            m.row_ms = total;
+                            m.billed_ms += due;
+                            Self::release(self.args.gate.as_ref(), m, due);
                         }
                     }
-                    Err(e) => {
-                        tracing::error!(call = %id, amount_ms = amount, error = %e,
-                            "live-call usage not written; kept for the next flush");
-                        first_error.get_or_insert(e);
-                    }
+                }
+                Err(e) => {
+                    tracing::error!(calls = written.len(), error = %e,
+                        "live-call usage not written; kept for the next flush");
+                    result = Err(e);
                 }
             }
         }
-        // Ended calls whose usage is all written are done.
-        self.calls.retain(|_, m| !(m.ended && m.due_ms() == 0));
-        first_error.map_or(Ok(()), Err)
+        // Ended calls whose usage is all written are done; what is left of their lease goes back.
+        let gate = self.args.gate.clone();
+        self.calls.retain(|_, m| {
+            let done = m.ended && m.due_ms() == 0;
+            if done {
+                Self::release(gate.as_ref(), m, u64::MAX);
+            }
+            !done
+        });
+        result
     }
 }
 
@@ -188,41 +261,47 @@ impl Actor for Billing {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             BillingMsg::Start { call, account } => {
-                state.calls.insert(
-                    call,
-                    Meter {
-                        account,
-                        samples: 0,
-                        billed_ms: 0,
-                        ended: false,
-                    },
-                );
+                let now = (state.args.now_ms)();
+                state.calls.entry(call).or_insert(Meter {
+                    account,
+                    samples: 0,
+                    billed_ms: 0,
+                    row_at_ms: now,
+                    row_ms: 0,
+                    leased_ms: 0,
+                    released_ms: 0,
+                    ended: false,
+                });
             }
             BillingMsg::Audio { call, samples } => {
                 if let Some(m) = state.calls.get_mut(&call) {
                     m.samples += samples;
                 }
             }
-            BillingMsg::Check { org_id, reply } => {
-                let pending: u64 = state
+            BillingMsg::Lease {
+                call,
+                want_ms,
+                reply,
+            } => {
+                let Some(org_id) = state
                     .calls
-                    .values()
-                    .filter(|m| m.account.org_id == org_id)
-                    .map(Meter::due_ms)
-                    .sum();
+                    .get(&call)
+                    .filter(|m| !m.ended)
+                    .map(|m| m.account.org_id.clone())
+                else {
+                    let _ = reply.send(Ok(0));
+                    return Ok(());
+                };
                 let gate = state.args.gate.clone();
                 let now = (state.args.now_ms)();
                 let answer = tokio::task::spawn_blocking(move || {
-                    gate.allowance(&org_id, UsageKind::AudioMs, now)
+                    gate.reserve(&org_id, UsageKind::AudioMs, want_ms, now)
                 })
                 .await
-                .unwrap_or_else(|e| Err(UsageError::Store(format!("quota task failed: {e}"))))
-                .map(|a| match a {
-                    Allowance::Remaining(left) => {
-                        Allowance::Remaining(left.saturating_sub(pending))
-                    }
-                    Allowance::Unlimited => Allowance::Unlimited,
-                });
+                .unwrap_or_else(|e| Err(UsageError::Store(format!("quota task failed: {e}"))));
+                if let (Ok(granted), Some(m)) = (&answer, state.calls.get_mut(&call)) {
+                    m.leased_ms += granted;
+                }
                 let _ = reply.send(answer);
             }
             BillingMsg::End { call, reply } => {
@@ -237,7 +316,7 @@ impl Actor for Billing {
                 let _ = reply.send(result);
             }
             BillingMsg::Flush => {
-                // Errors are logged per call inside; the rest is retried next time.
+                // Errors are logged inside; the rest is retried next time.
                 let _ = state.flush(None).await;
             }
         }
@@ -257,29 +336,67 @@ impl Actor for Billing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Mutex;
 
+    use crate::usage::Allowance;
+
+    /// Running totals by (call, row start), a quota and its reservations, in memory.
     #[derive(Default)]
     struct Ledger {
-        events: Mutex<Vec<UsageEvent>>,
-        fail: std::sync::atomic::AtomicBool,
+        rows: Mutex<BTreeMap<(String, i64), u64>>,
+        batches: AtomicUsize,
+        fail: AtomicBool,
         quota_ms: u64,
+        reserved: Mutex<u64>,
+    }
+
+    impl Ledger {
+        fn billed(&self) -> u64 {
+            self.rows.lock().unwrap().values().sum()
+        }
     }
 
     impl UsageSink for Ledger {
-        fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
-            if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+        fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
+            unreachable!("live calls write running totals")
+        }
+
+        fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+            if self.fail.load(Ordering::SeqCst) {
                 return Err(UsageError::Store("disk full".into()));
             }
-            self.events.lock().unwrap().push(event.clone());
+            self.batches.fetch_add(1, Ordering::SeqCst);
+            let mut rows = self.rows.lock().unwrap();
+            for t in totals {
+                assert_eq!(t.source, UsageSource::Callstream);
+                assert_eq!(t.kind, UsageKind::AudioMs);
+                rows.insert((t.call_id.clone().unwrap(), t.at_ms), t.amount);
+            }
             Ok(())
         }
     }
 
     impl QuotaGate for Ledger {
         fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
-            let used: u64 = self.events.lock().unwrap().iter().map(|e| e.amount).sum();
-            Ok(Allowance::Remaining(self.quota_ms.saturating_sub(used)))
+            let taken = self.billed() + *self.reserved.lock().unwrap();
+            Ok(Allowance::Remaining(self.quota_ms.saturating_sub(taken)))
+        }
+
+        fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
+            let mut reserved = self.reserved.lock().unwrap();
+            let left = self.quota_ms.saturating_sub(self.billed() + *reserved);
+            let granted = want.min(left);
+            *reserved += granted;
+            Ok(granted)
+        }
+
+        fn release(&self, _: &str, _: UsageKind, amount: u64) {
+            let mut reserved = self.reserved.lock().unwrap();
+            *reserved = reserved
+                .checked_sub(amount)
+                .expect("never more than reserved");
         }
     }
 
@@ -293,63 +410,82 @@ mod tests {
         Actor::spawn(None, Billing, args).await.unwrap().0
     }
 
-    fn account() -> Account {
-        Account {
-            org_id: "org_a".into(),
-            key_id: "cc_1".into(),
-        }
+    fn begin(billing: &ActorRef<BillingMsg>, call: &str) {
+        billing
+            .cast(BillingMsg::Start {
+                call: call.into(),
+                account: Account {
+                    org_id: "org_a".into(),
+                    key_id: "cc_1".into(),
+                },
+            })
+            .unwrap();
+    }
+
+    fn audio(billing: &ActorRef<BillingMsg>, call: &str, samples: u64) {
+        billing
+            .cast(BillingMsg::Audio {
+                call: call.into(),
+                samples,
+            })
+            .unwrap();
+    }
+
+    async fn end(billing: &ActorRef<BillingMsg>, call: &str) -> Result<u64, UsageError> {
+        let call = call.to_owned();
+        ractor::call!(billing, |reply| BillingMsg::End { call, reply }).unwrap()
     }
 
     #[tokio::test]
-    async fn rows_add_up_to_the_streamed_audio_and_checks_count_unwritten_audio() {
+    async fn running_totals_add_up_to_the_streamed_audio_in_one_batch_per_flush() {
+        let ledger = Arc::new(Ledger::default());
+        let billing = start(ledger.clone(), Duration::from_secs(3600)).await;
+        for call in ["c1", "c2", "c3"] {
+            begin(&billing, call);
+            for _ in 0..7 {
+                // 1601 samples: not a whole number of milliseconds each.
+                audio(&billing, call, 1601);
+            }
+        }
+        billing.cast(BillingMsg::Flush).unwrap();
+        audio(&billing, "c1", 8000);
+        let total = end(&billing, "c1").await.unwrap();
+        assert_eq!(total, (7 * 1601 + 8000) / 8);
+        // One batch for the three calls, one for the end of c1.
+        assert_eq!(ledger.batches.load(Ordering::SeqCst), 2);
+        let rows = ledger.rows.lock().unwrap().clone();
+        assert_eq!(rows.len(), 3, "one row per call, written over: {rows:?}");
+        assert_eq!(rows[&("c1".to_owned(), 1_700_000_000_000)], total);
+        assert_eq!(rows[&("c2".to_owned(), 1_700_000_000_000)], 7 * 1601 / 8);
+        billing.stop(None);
+    }
+
+    #[tokio::test]
+    async fn leases_never_grant_more_than_is_left_and_go_back_as_audio_is_written() {
         let ledger = Arc::new(Ledger {
-            quota_ms: 10_000,
+            quota_ms: 50_000,
             ..Ledger::default()
         });
         let billing = start(ledger.clone(), Duration::from_secs(3600)).await;
-        let call = "call-1".to_owned();
-        billing
-            .cast(BillingMsg::Start {
-                call: call.clone(),
-                account: account(),
-            })
-            .unwrap();
-        for _ in 0..7 {
-            // 1601 samples: not a whole number of milliseconds each.
-            billing
-                .cast(BillingMsg::Audio {
-                    call: call.clone(),
-                    samples: 1601,
-                })
-                .unwrap();
-        }
-        let left = ractor::call!(billing, |reply| BillingMsg::Check {
-            org_id: "org_a".into(),
-            reply
-        })
-        .unwrap()
-        .unwrap();
-        assert_eq!(left, Allowance::Remaining(10_000 - 11_207 / 8));
+        begin(&billing, "a");
+        begin(&billing, "b");
+        assert_eq!(lease(&billing, "a", 30_000).await.unwrap(), 30_000);
+        assert_eq!(lease(&billing, "b", 30_000).await.unwrap(), 20_000);
+        assert_eq!(lease(&billing, "b", 30_000).await.unwrap(), 0);
+        assert_eq!(lease(&billing, "unknown", 30_000).await.unwrap(), 0);
+        // Call a streams 10 s; once written, its lease still covers the other 20 s.
+        audio(&billing, "a", 80_000);
         billing.cast(BillingMsg::Flush).unwrap();
-        billing
-            .cast(BillingMsg::Audio {
-                call: call.clone(),
-                samples: 8000,
-            })
-            .unwrap();
-        let total = ractor::call!(billing, |reply| BillingMsg::End {
-            call: call.clone(),
-            reply
-        })
-        .unwrap()
-        .unwrap();
-        assert_eq!(total, (7 * 1601 + 8000) / 8);
-        let events = ledger.events.lock().unwrap().clone();
-        assert_eq!(events.len(), 2);
-        assert_eq!(events.iter().map(|e| e.amount).sum::<u64>(), total);
-        assert!(events
-            .iter()
-            .all(|e| e.source == UsageSource::Callstream && e.kind == UsageKind::AudioMs));
+        assert_eq!(lease(&billing, "a", 30_000).await.unwrap(), 0);
+        assert_eq!(*ledger.reserved.lock().unwrap(), 40_000);
+        // Call b ends having used 5 s: the rest of its lease goes back to the pool.
+        audio(&billing, "b", 40_000);
+        assert_eq!(end(&billing, "b").await.unwrap(), 5_000);
+        assert_eq!(*ledger.reserved.lock().unwrap(), 20_000);
+        assert_eq!(lease(&billing, "a", 30_000).await.unwrap(), 15_000);
+        assert_eq!(end(&billing, "a").await.unwrap(), 10_000);
+        assert_eq!(*ledger.reserved.lock().unwrap(), 0);
+        assert_eq!(ledger.billed(), 15_000);
         billing.stop(None);
     }
 
@@ -357,79 +493,34 @@ mod tests {
     async fn a_failed_write_is_kept_and_retried() {
         let ledger = Arc::new(Ledger::default());
         let billing = start(ledger.clone(), Duration::from_secs(3600)).await;
-        billing
-            .cast(BillingMsg::Start {
-                call: "c".into(),
-                account: account(),
-            })
-            .unwrap();
-        billing
-            .cast(BillingMsg::Audio {
-                call: "c".into(),
-                samples: 80_000,
-            })
-            .unwrap();
-        ledger.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-        let first = ractor::call!(billing, |reply| BillingMsg::End {
-            call: "c".into(),
-            reply
-        })
-        .unwrap();
-        assert!(first.is_err());
-        ledger
-            .fail
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        begin(&billing, "c");
+        audio(&billing, "c", 80_000);
+        ledger.fail.store(true, Ordering::SeqCst);
+        assert!(end(&billing, "c").await.is_err());
+        ledger.fail.store(false, Ordering::SeqCst);
         billing.cast(BillingMsg::Flush).unwrap();
-        // A Check after the flush is processed in order: the write has happened by then.
-        ractor::call!(billing, |reply| BillingMsg::Check {
-            org_id: "org_a".into(),
-            reply
-        })
-        .unwrap()
-        .unwrap();
-        let amounts: Vec<u64> = ledger
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|e| e.amount)
-            .collect();
-        assert_eq!(amounts, [10_000]);
+        // A lease asked after the flush is answered after it: the write has happened by then.
+        lease(&billing, "c", 1).await.unwrap();
+        assert_eq!(ledger.billed(), 10_000);
         billing.stop(None);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_timer_flushes() {
+    async fn the_timer_flushes_every_period() {
         let ledger = Arc::new(Ledger::default());
-        let billing = start(ledger.clone(), Duration::from_secs(30)).await;
-        billing
-            .cast(BillingMsg::Start {
-                call: "c".into(),
-                account: account(),
-            })
-            .unwrap();
-        billing
-            .cast(BillingMsg::Audio {
-                call: "c".into(),
-                samples: 800,
-            })
-            .unwrap();
-        let check = || async {
-            // A Check is handled after any flush queued before it.
-            ractor::call!(billing, |reply| BillingMsg::Check {
-                org_id: "org_a".into(),
-                reply
-            })
-            .unwrap()
-            .unwrap()
-        };
-        tokio::time::sleep(Duration::from_secs(29)).await;
-        check().await;
-        assert!(ledger.events.lock().unwrap().is_empty(), "not before 30 s");
-        // Just past the tick, so the flush is queued before the check.
-        tokio::time::sleep(Duration::from_millis(1001)).await;
-        check().await;
-        assert_eq!(ledger.events.lock().unwrap()[0].amount, 100);
+        let billing = start(ledger.clone(), Duration::from_secs(1)).await;
+        begin(&billing, "c");
+        audio(&billing, "c", 800);
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        lease(&billing, "c", 1).await.unwrap();
+        assert_eq!(ledger.billed(), 0, "not before the period");
+        tokio::time::sleep(Duration::from_millis(101)).await;
+        lease(&billing, "c", 1).await.unwrap();
+        assert_eq!(ledger.billed(), 100);
+        audio(&billing, "c", 800);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lease(&billing, "c", 1).await.unwrap();
+        assert_eq!(ledger.billed(), 200);
         billing.stop(None);
     }
 }

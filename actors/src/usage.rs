@@ -77,8 +77,12 @@ pub struct UsageEvent {
     pub amount: u64,
     /// The surface that produced it.
     pub source: UsageSource,
-    /// When it happened, Unix time in milliseconds.
+    /// When it happened, Unix time in milliseconds. For a live call's running total: when
+    /// the call (or the part of it on this day) began.
     pub at_ms: i64,
+    /// The live call a running total belongs to (see [`UsageSink::checkpoint`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// How much of a pool an organisation may still use in the current period.
@@ -112,17 +116,40 @@ pub enum UsageError {
     Store(String),
 }
 
-/// Where usage events go. `record` returns only once the event is durable.
+/// Where usage events go. Both methods return only once what they were given is durable.
 pub trait UsageSink: Send + Sync {
     /// Appends one event to the ledger, durably.
     fn record(&self, event: &UsageEvent) -> Result<(), UsageError>;
+
+    /// Writes running totals of live calls, all with one flush to disk. Each total has a
+    /// `call_id` and replaces the previous total of the same call, organisation and `at_ms`
+    /// (one ledger row per call and day); the day totals grow by the difference. Writing the
+    /// same total twice changes nothing, so a batch whose flush failed may simply be sent again.
+    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError>;
 }
 
-/// Answers quota questions for an organisation.
+/// Answers quota questions for an organisation and holds reservations against its pools:
+/// work that is about to be done takes its worst case out of what is left, and gives back
+/// what it did not use once its usage is recorded.
 pub trait QuotaGate: Send + Sync {
-    /// What is left of `kind`'s pool for `org_id` in the period containing `at_ms`.
+    /// What is left of `kind`'s pool for `org_id` in the period containing `at_ms`, net of
+    /// what is reserved.
     fn allowance(&self, org_id: &str, kind: UsageKind, at_ms: i64)
         -> Result<Allowance, UsageError>;
+
+    /// Reserves up to `want` of what is left; returns how much was reserved (zero when
+    /// nothing is left; `want` when the pool is unlimited). The check and the reservation are
+    /// one step, so two callers never both take the same remainder.
+    fn reserve(
+        &self,
+        org_id: &str,
+        kind: UsageKind,
+        want: u64,
+        at_ms: i64,
+    ) -> Result<u64, UsageError>;
+
+    /// Gives back `amount` of a reservation (its usage is recorded, or it was not used).
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64);
 }
 
 #[cfg(test)]
@@ -147,6 +174,7 @@ mod tests {
             amount: 1500,
             source: UsageSource::Callstream,
             at_ms: 1_700_000_000_000,
+            call_id: None,
         };
         let json = serde_json::to_value(&event).unwrap();
         assert_eq!(

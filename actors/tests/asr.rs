@@ -91,6 +91,7 @@ fn telephone_wer_is_at_most_15_percent() {
             audio: load(path, OUTPUT_RATE),
             language: "en".into(),
             reply: Box::new(move |r| tx.send((i, r)).unwrap()),
+            cancel: None,
         })
         .unwrap();
     }

@@ -25,7 +25,7 @@ use callstream_actors::audio::vad::{Segmenter, VadConfig};
 use callstream_actors::billing::{Billing, BillingArgs};
 use callstream_actors::call::{
     CallArgs, CallEnd, CallMsg, CallSettings, CallSupervisor, Child, DisconnectReason,
-    IntentClassifier, IntentFuture, LiveStats, Outbound, QUOTA_INFO,
+    IntentClassifier, IntentFuture, LiveStats, Outbound, QUOTA_INFO, REVOKED_INFO,
 };
 use callstream_actors::usage::{
     Account, Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink,
@@ -95,24 +95,32 @@ fn utterances(samples: &[i16]) -> Vec<(u64, usize)> {
     found
 }
 
-/// The ledger and the quota, in memory.
+/// The ledger (running totals per call and row) and the quota, in memory. Leases are taken
+/// out of `allowance` for good: the tests only need to see when the pool runs dry.
 struct Ledger {
-    events: Mutex<Vec<UsageEvent>>,
+    rows: Mutex<std::collections::BTreeMap<(String, i64), u64>>,
     allowance: Mutex<Allowance>,
 }
 
 impl Default for Ledger {
     fn default() -> Self {
         Self {
-            events: Mutex::default(),
+            rows: Mutex::default(),
             allowance: Mutex::new(Allowance::Unlimited),
         }
     }
 }
 
 impl UsageSink for Ledger {
-    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
-        self.events.lock().unwrap().push(event.clone());
+    fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
+        unreachable!("live calls write running totals")
+    }
+
+    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        let mut rows = self.rows.lock().unwrap();
+        for t in totals {
+            rows.insert((t.call_id.clone().unwrap(), t.at_ms), t.amount);
+        }
         Ok(())
     }
 }
@@ -121,11 +129,25 @@ impl QuotaGate for Ledger {
     fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
         Ok(*self.allowance.lock().unwrap())
     }
+
+    fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
+        let mut allowance = self.allowance.lock().unwrap();
+        Ok(match *allowance {
+            Allowance::Unlimited => want,
+            Allowance::Remaining(left) => {
+                let granted = want.min(left);
+                *allowance = Allowance::Remaining(left - granted);
+                granted
+            }
+        })
+    }
+
+    fn release(&self, _: &str, _: UsageKind, _: u64) {}
 }
 
 impl Ledger {
     fn billed_ms(&self) -> u64 {
-        self.events.lock().unwrap().iter().map(|e| e.amount).sum()
+        self.rows.lock().unwrap().values().sum()
     }
 }
 
@@ -451,16 +473,19 @@ async fn a_silent_client_is_ended_after_the_idle_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_quota_running_out_mid_call_disconnects_and_the_call_ends_with_or_without_close() {
+async fn audio_is_served_only_under_a_lease_and_a_dry_pool_disconnects_with_or_without_close() {
     for client_answers in [true, false] {
         let engine = ScriptedEngine::default();
-        let mut call = Call::start(pool(&engine, 1, 8), CallSettings::default()).await;
+        let settings = CallSettings {
+            quota_slice: Duration::from_millis(400),
+            ..CallSettings::default()
+        };
+        let mut call = Call::start(pool(&engine, 1, 8), settings).await;
+        *call.ledger.allowance.lock().unwrap() = Allowance::Remaining(1000);
         call.open().await;
-        call.audio(&[0xFF; FRAME_BYTES * 5]).await;
-        call.sync().await;
-        *call.ledger.allowance.lock().unwrap() = Allowance::Remaining(0);
-        // The next quota check is 30 s after the open.
-        tokio::time::sleep(Duration::from_secs(30)).await;
+        // Two seconds of audio at once, far faster than real time: one second is leased
+        // (400 + 400 + 200 ms), then the pool is dry.
+        call.audio(&[0xFF; FRAME_BYTES * 10]).await;
         let disconnect = loop {
             let m = call.message().await;
             if m["type"] == "disconnect" {
@@ -480,6 +505,33 @@ async fn a_quota_running_out_mid_call_disconnects_and_the_call_ends_with_or_with
             let (_, end) = call.rest().await;
             assert_eq!(end, CallEnd::Disconnected(DisconnectReason::QuotaExhausted));
         }
-        assert_eq!(call.ledger.billed_ms(), 1000);
+        assert_eq!(
+            call.ledger.billed_ms(),
+            1000,
+            "served and billed: the lease, no more"
+        );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_ended_from_outside_is_disconnected_as_unauthorized_and_billed() {
+    let engine = ScriptedEngine::default();
+    let mut call = Call::start(pool(&engine, 1, 8), CallSettings::default()).await;
+    call.open().await;
+    call.audio(&[0xFF; FRAME_BYTES * 5]).await;
+    call.supervisor
+        .cast(CallMsg::Disconnect(DisconnectReason::Revoked))
+        .unwrap();
+    let disconnect = loop {
+        let m = call.message().await;
+        if m["type"] == "disconnect" {
+            break m;
+        }
+    };
+    assert_eq!(disconnect["parameters"]["reason"], "unauthorized");
+    assert_eq!(disconnect["parameters"]["info"], REVOKED_INFO);
+    call.text("close", json!({"reason":"disconnect"})).await;
+    let (_, end) = call.rest().await;
+    assert_eq!(end, CallEnd::Disconnected(DisconnectReason::Revoked));
+    assert_eq!(call.ledger.billed_ms(), 1000);
 }

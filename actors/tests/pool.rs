@@ -57,6 +57,7 @@ impl Order {
                 this.done.lock().unwrap().push(name);
                 this.tx.send(()).unwrap();
             }),
+            cancel: None,
         }
     }
 }
@@ -150,6 +151,7 @@ fn an_unknown_language_fails_its_job_and_the_worker_carries_on() {
         audio: vec![0.1; 1600],
         language: "xx".into(),
         reply: Box::new(move |r| tx.send(r.map(|t| t.text)).unwrap()),
+        cancel: None,
     })
     .unwrap();
     let result = rx.recv_timeout(Duration::from_secs(60)).unwrap();

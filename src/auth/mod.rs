@@ -99,10 +99,11 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// An authenticator over `store` with the plans of `config`.
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
+    /// An authenticator over `store` with the plans of `config`, answering quotas (and taking
+    /// reservations) with `quotas`.
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, quotas: Quotas) -> Self {
         Self {
-            quotas: Quotas::new(config.clone(), store.clone()),
+            quotas,
             config,
             store,
             limiter: RateLimiter::default(),
@@ -167,6 +168,21 @@ impl Authenticator {
         Ok(self
             .quotas
             .allowance_for(&caller.org.id, &caller.plan, kind, now_ms)?)
+    }
+
+    /// Reserves up to `want` of the caller's `kind` pool, at least `min`: refused as
+    /// [`AuthError::QuotaExhausted`] when less than `min` is left.
+    pub fn reserve(
+        &self,
+        caller: &Caller,
+        kind: UsageKind,
+        want: u64,
+        min: u64,
+        now_ms: i64,
+    ) -> Result<crate::usage::Reservation, AuthError> {
+        self.quotas
+            .reserve_for(&caller.org.id, &caller.plan, kind, want, min, now_ms)?
+            .ok_or(AuthError::QuotaExhausted(kind))
     }
 
     /// The quota view used by this authenticator.

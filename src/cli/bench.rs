@@ -122,6 +122,7 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
                     reply: Box::new(move |r| {
                         let _ = tx.send(r);
                     }),
+                    cancel: None,
                 })?;
             }
             drop(tx);

@@ -617,7 +617,11 @@ fn live_feed(app: &App, s: Session) -> Response<Body> {
         tokio::time::sleep(Duration::from_secs(15)).await;
         Some((Ok::<_, Infallible>(": keepalive\n\n".to_owned()), ()))
     });
-    let stream = first.chain(futures_util::stream::select(feed, keepalive));
+    // The feed never ends by itself: it ends when the server stops, so a graceful stop does not
+    // wait on an open page.
+    let stream = first
+        .chain(futures_util::stream::select(feed, keepalive))
+        .take_until(app.lifecycle.stopped());
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-store")

@@ -154,7 +154,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
     let args = CallArgs {
         call_id: call_id.clone(),
         session_header,
-        account,
+        account: account.clone(),
         outbound: out_tx,
         pool: app.asr.clone(),
         billing: billing_actor.clone(),
@@ -173,6 +173,9 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
             return;
         }
     };
+
+    // Revocations and a shutdown reach the call through the registry.
+    let _registered = app.calls.register(&call_id, account, supervisor.clone());
 
     // The writer: frames the supervisor queues, until it closes the socket or goes away. Each
     // write gets `calls.write_timeout_ms`: a client that reads nothing for that long is gone,

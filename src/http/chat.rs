@@ -272,6 +272,7 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
             system_prompt,
             return_markdown,
             sampling,
+            budget: None,
         },
         user,
     })
@@ -298,6 +299,28 @@ struct Response {
     model: String,
     choices: Vec<Choice>,
     usage: Option<Usage>,
+}
+
+/// Reserves the worst case of `turn` (its prompt and `max_tokens`) against the caller's token
+/// quota. When less is left, the turn runs with what is left, its answer cut to fit; when not
+/// even its prompt fits, it is refused (402). A limited quota also bounds the tool loop.
+pub fn reserve_turn(
+    app: &App,
+    caller: &Caller,
+    turn: &mut ChatTurn,
+) -> Result<crate::usage::Reservation, crate::auth::AuthError> {
+    let (prompt, worst) = app.chat.worst_case(&caller.org, turn);
+    let reservation = app.auth.reserve(
+        caller,
+        UsageKind::Tokens,
+        worst,
+        prompt + 1,
+        crate::clock::now_ms(),
+    )?;
+    if caller.plan.chat_tokens_per_month.is_some() {
+        turn.budget = Some(reservation.amount());
+    }
+    Ok(reservation)
 }
 
 /// `POST /api/llm/chat/completions`.
@@ -328,19 +351,18 @@ async fn complete(
     })?;
     let parsed = parse_rest(&value)?;
     let return_markdown = parsed.turn.return_markdown;
-    let outcome = app.chat.run(&caller.org, parsed.turn, None).await?;
-    if let Some(usage) = outcome.usage {
-        crate::usage::record(
-            app.store.clone(),
+    let mut turn = parsed.turn;
+    let reservation = reserve_turn(&app, &caller, &mut turn)?;
+    let outcome = app.chat.run(&caller.org, turn, None).await?;
+    reservation
+        .settle(
             &caller.account(),
-            UsageKind::Tokens,
-            usage.total_tokens,
+            outcome.billed.total_tokens,
             UsageSource::Chat,
             parsed.user,
         )
         .await
         .map_err(|e| ApiError::Billing(e.to_string()))?;
-    }
     let content = if return_markdown {
         outcome.text
     } else {

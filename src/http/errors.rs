@@ -20,6 +20,8 @@ use crate::llm::LlmError;
 
 /// Normal closure.
 const CLOSE_NORMAL: u16 = 1000;
+/// The server is going away (shutting down).
+const CLOSE_GOING_AWAY: u16 = 1001;
 /// The client's message is larger than the server takes.
 const CLOSE_TOO_BIG: u16 = 1009;
 /// The server met a condition it did not expect.
@@ -50,6 +52,8 @@ pub enum SocketClose<'a> {
     ChatIdle,
     /// The client sent a frame larger than the route takes.
     TooBig,
+    /// The server is shutting down.
+    ServerStopping,
 }
 
 /// True when a WebSocket read failed because the client's message was over the size limit.
@@ -82,6 +86,7 @@ pub fn close_frame(why: SocketClose<'_>) -> (u16, String) {
         SocketClose::ChatEnded(e) => (auth_close_code(e), e.to_string()),
         SocketClose::ChatIdle => (CLOSE_NORMAL, "idle timeout".to_owned()),
         SocketClose::TooBig => (CLOSE_TOO_BIG, "message too big".to_owned()),
+        SocketClose::ServerStopping => (CLOSE_GOING_AWAY, "server shutting down".to_owned()),
     }
 }
 
@@ -241,7 +246,7 @@ impl ApiError {
                 }
                 LlmError::Upstream(_) => (StatusCode::BAD_GATEWAY, "upstream_error"),
                 LlmError::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
-                LlmError::Cancelled | LlmError::Engine(_) => {
+                LlmError::Cancelled { .. } | LlmError::Engine(_) => {
                     (StatusCode::INTERNAL_SERVER_ERROR, "model_error")
                 }
             },

@@ -7,12 +7,17 @@
 //!
 //! Lifecycle (spec section 3): a missing or invalid key closes the socket right after the
 //! upgrade. Each turn re-checks the key (revoked: closed), the organisation (deleted: closed),
-//! the key's RPM budget shared with REST (exceeded: error frame) and the token quota
-//! (exhausted: closed). Between turns too, the key is re-checked every 250 ms, so a revocation
-//! closes an idle session within a second. The close codes and reasons are chosen by
-//! [`close_frame`]. One turn runs at a time; a
-//! frame that arrives during a turn gets an error frame. Turns run with a fixed cap of 4096
-//! tokens and temperature 0.2; sampling fields are refused.
+//! the key's RPM budget shared with REST (exceeded: error frame) and reserves its worst case
+//! (prompt and 4096 tokens, or what is left) against the token quota (nothing left: closed).
+//! During and between turns the key and organisation are re-checked every 250 ms, so a
+//! revocation or deletion closes the session within a second; so does a server that stops. The
+//! close codes and reasons are chosen by [`close_frame`]. One
+//! turn runs at a time; a frame that arrives during a turn gets an error frame. Turns run with
+//! a fixed cap of 4096 tokens and temperature 0.2; sampling fields are refused.
+//!
+//! A turn is billed for what it generated even when the session ends under it: the model
+//! stops at its next token (nobody reads the deltas) and the prompt and tokens so far are
+//! recorded. The server waits for such turns before it exits.
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +28,7 @@ use tokio::sync::mpsc;
 use warp::ws::{Message as WsMessage, WebSocket, Ws};
 use warp::{Filter, Rejection, Reply};
 
-use callstream_actors::usage::{UsageKind, UsageSource};
+use callstream_actors::usage::UsageSource;
 
 use crate::app::App;
 use crate::auth::slots::Slot;
@@ -32,7 +37,7 @@ use crate::http::chat::{parse_common, REALTIME_MAX_TOKENS, REALTIME_TEMPERATURE,
 use crate::http::errors::{close_frame, is_too_big, ApiError, SocketClose};
 use crate::llm::chat::ChatTurn;
 use crate::llm::markdown::PlainStream;
-use crate::llm::{Sampling, Usage};
+use crate::llm::{LlmError, Sampling, Usage};
 
 /// How often an open session re-checks its key.
 const KEY_CHECK: Duration = Duration::from_millis(250);
@@ -115,8 +120,8 @@ enum Next {
     Reply(ServerFrame),
     /// The key, organisation or quota is no longer good: close the session.
     Close(AuthError),
-    /// Run this turn.
-    Turn(Box<ChatTurn>, Option<String>),
+    /// Run this turn, under this reservation.
+    Turn(Box<ChatTurn>, Option<String>, crate::usage::Reservation),
 }
 
 fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
@@ -157,28 +162,23 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
     if let Err(e) = app.auth.check_rate(caller, Instant::now()) {
         return Next::Reply(ServerFrame::error(ApiError::Auth(e)));
     }
-    match app
-        .auth
-        .check_quota(caller, UsageKind::Tokens, crate::clock::now_ms())
-    {
-        Ok(()) => {}
-        Err(e @ AuthError::QuotaExhausted(_)) => return Next::Close(e),
-        Err(e) => return Next::Reply(ServerFrame::error(ApiError::Auth(e))),
-    }
     let sampling = Sampling {
         max_tokens: REALTIME_MAX_TOKENS,
         temperature: REALTIME_TEMPERATURE,
         ..Sampling::default()
     };
-    Next::Turn(
-        Box::new(ChatTurn {
-            messages: fields.messages,
-            system_prompt: fields.system_prompt,
-            return_markdown: fields.return_markdown,
-            sampling,
-        }),
-        fields.user,
-    )
+    let mut turn = ChatTurn {
+        messages: fields.messages,
+        system_prompt: fields.system_prompt,
+        return_markdown: fields.return_markdown,
+        sampling,
+        budget: None,
+    };
+    match crate::http::chat::reserve_turn(app, caller, &mut turn) {
+        Ok(reservation) => Next::Turn(Box::new(turn), fields.user, reservation),
+        Err(e @ AuthError::QuotaExhausted(_)) => Next::Close(e),
+        Err(e) => Next::Reply(ServerFrame::error(ApiError::Auth(e))),
+    }
 }
 
 async fn run_turn(
@@ -186,8 +186,11 @@ async fn run_turn(
     caller: Caller,
     turn: ChatTurn,
     user: Option<String>,
+    reservation: crate::usage::Reservation,
     out: mpsc::Sender<ServerFrame>,
 ) {
+    // The process waits for this turn to be billed before it exits.
+    let _work = app.lifecycle.work();
     let (delta_tx, mut delta_rx) = mpsc::channel::<String>(64);
     let markdown = turn.return_markdown;
     let forward = {
@@ -220,32 +223,33 @@ async fn run_turn(
             .map(|o| (o, app))
     };
     let (result, ()) = tokio::join!(generate, forward);
-    let last = match result {
-        Ok((outcome, app)) => {
-            let billed = match outcome.usage {
-                Some(usage) => {
-                    crate::usage::record(
-                        app.store.clone(),
-                        &caller.account(),
-                        UsageKind::Tokens,
-                        usage.total_tokens,
-                        UsageSource::Realtime,
-                        user,
-                    )
-                    .await
-                }
-                None => Ok(()),
-            };
-            match billed {
-                Ok(()) => ServerFrame::Done {
-                    usage: outcome.usage,
-                },
-                Err(e) => ServerFrame::error(ApiError::Billing(e.to_string())),
-            }
-        }
-        Err(e) => ServerFrame::error(ApiError::Llm(e)),
+    let (billed, last) = match result {
+        Ok((outcome, _)) => (
+            outcome.billed.total_tokens,
+            Some(ServerFrame::Done {
+                usage: outcome.usage,
+            }),
+        ),
+        // The client left mid-turn: what was generated until then is billed.
+        Err(LlmError::Cancelled { usage }) => (usage.total_tokens, None),
+        Err(e) => (0, Some(ServerFrame::error(ApiError::Llm(e)))),
     };
-    let _ = out.send(last).await;
+    let settled = reservation
+        .settle(&caller.account(), billed, UsageSource::Realtime, user)
+        .await;
+    let last = match (settled, last) {
+        (Err(e), Some(ServerFrame::Done { .. })) => {
+            Some(ServerFrame::error(ApiError::Billing(e.to_string())))
+        }
+        (Err(e), _) => {
+            tracing::error!(error = %e, tokens = billed, "realtime usage not recorded");
+            None
+        }
+        (Ok(()), last) => last,
+    };
+    if let Some(last) = last {
+        let _ = out.send(last).await;
+    }
 }
 
 /// Sends a session's frames to its socket, each within `timeout`; a client that reads
@@ -280,6 +284,8 @@ enum End {
     Idle,
     /// The client sent a frame over `realtime.max_frame_bytes`.
     TooBig,
+    /// The server is shutting down.
+    Stopping,
 }
 
 async fn session(
@@ -313,6 +319,8 @@ async fn session(
     let mut check = tokio::time::interval(KEY_CHECK);
     let idle = Duration::from_millis(limits.idle_timeout_ms);
     let mut idle_at = tokio::time::Instant::now() + idle;
+    let stopped = app.lifecycle.stopped();
+    tokio::pin!(stopped);
     // A frame the writer cannot take means the client has stopped reading.
     let send = |f: &ServerFrame| out.try_send(frame(f)).is_ok();
     let end = loop {
@@ -343,8 +351,8 @@ async fn session(
                         }
                     }
                     Next::Close(e) => break End::Refused(e),
-                    Next::Turn(t, user) => {
-                        turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, turn_tx.clone())));
+                    Next::Turn(t, user, reservation) => {
+                        turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, reservation, turn_tx.clone())));
                     }
                 }
             }
@@ -355,24 +363,28 @@ async fn session(
                 }
             }
             _ = check.tick() => {
-                let live = app.store.api_key(&caller.key.id).ok().flatten().is_some_and(|k| k.revoked_at_ms.is_none());
-                if !live {
-                    break End::Refused(AuthError::InvalidKey);
+                match app.auth.authenticate(Some(&key)) {
+                    Ok(_) => {}
+                    Err(e @ (AuthError::MissingKey | AuthError::InvalidKey | AuthError::OrgDeleted)) => break End::Refused(e),
+                    // A store that fails a check is not a revocation; the next check retries.
+                    Err(_) => {}
                 }
             }
+            () = &mut stopped => break End::Stopping,
             _ = tokio::time::sleep_until(idle_at), if !busy => break End::Idle,
             _ = out.closed() => break End::Gone,
         }
     };
-    if let Some(t) = turn {
-        // Dropping the turn stops the model (its delta channel closes).
-        t.abort();
-    }
+    // A turn in progress is left to finish on its own: with nobody reading its deltas, the
+    // model stops at the next token and the turn bills what was generated.
+    drop(turn);
+    drop(turn_rx);
     let close = match &end {
         End::Gone => None,
         End::Refused(e) => Some(close_frame(SocketClose::ChatEnded(e))),
         End::Idle => Some(close_frame(SocketClose::ChatIdle)),
         End::TooBig => Some(close_frame(SocketClose::TooBig)),
+        End::Stopping => Some(close_frame(SocketClose::ServerStopping)),
     };
     if let Some((code, reason)) = close {
         let _ = out.try_send(WsMessage::close_with(code, reason));

@@ -36,6 +36,10 @@ pub struct ChatTurn {
     pub return_markdown: bool,
     /// Sampling.
     pub sampling: Sampling,
+    /// Most tokens the whole turn may spend (every model call, prompts included), when its
+    /// organisation's quota is limited: what was reserved for it. Each model call's
+    /// `max_tokens` is cut to fit; a tool loop that would need more stops as at its cap.
+    pub budget: Option<u64>,
 }
 
 /// The answer of a turn.
@@ -43,9 +47,12 @@ pub struct ChatTurn {
 pub struct ChatOutcome {
     /// The answer as the model wrote it (plain-text conversion is the surface's job).
     pub text: String,
-    /// Tokens of every model call of the turn; `None` when the tool loop hit its cap without a
-    /// final answer (nothing is billed then).
+    /// Tokens of every model call of the turn, as the client is told; `None` when the tool
+    /// loop hit its cap without a final answer.
     pub usage: Option<Usage>,
+    /// Tokens of every model call of the turn, as billed: the same as `usage`, and also set
+    /// when `usage` is `None`.
+    pub billed: Usage,
     /// Why the last model call stopped.
     pub finish: FinishReason,
     /// Tool calls made during the turn.
@@ -108,6 +115,18 @@ impl ChatService {
         &self.settings
     }
 
+    /// The most tokens `turn` may cost for `org`: its first prompt at most (tools aside), plus
+    /// its `max_tokens`. What a turn reserves before it runs.
+    pub fn worst_case(&self, org: &Org, turn: &ChatTurn) -> (u64, u64) {
+        let system = Message::new(
+            Role::System,
+            system_message(org, turn.system_prompt.as_deref(), turn.return_markdown),
+        );
+        let prompt = super::prompt_bound(std::slice::from_ref(&system), &[])
+            + super::prompt_bound(&turn.messages, &[]);
+        (prompt, prompt + u64::from(turn.sampling.max_tokens))
+    }
+
     /// Runs one turn for `org`, streaming the answer's text to `deltas`.
     pub async fn run(
         &self,
@@ -148,18 +167,39 @@ impl ChatService {
         let mut calls_made = 0;
         let result = async {
             for _ in 0..self.settings.max_tool_iterations.max(1) {
-                let completion = self
+                let mut sampling = turn.sampling.clone();
+                if let Some(budget) = turn.budget {
+                    // What the prompt may cost, at most, and what is left for the answer.
+                    let prompt = super::prompt_bound(&messages, &tools);
+                    let left = budget.saturating_sub(usage.total_tokens + prompt);
+                    if left == 0 {
+                        tracing::info!(org = %org.id, budget, "turn stopped: its token reservation is spent");
+                        break;
+                    }
+                    sampling.max_tokens = sampling.max_tokens.min(left.min(u64::from(u32::MAX)) as u32);
+                }
+                let generated = self
                     .provider
                     .generate(
                         Generation {
                             messages: messages.clone(),
                             tools: tools.clone(),
-                            sampling: turn.sampling.clone(),
+                            sampling,
                             json_schema: None,
                         },
                         deltas.clone(),
                     )
-                    .await?;
+                    .await;
+                let completion = match generated {
+                    Ok(c) => c,
+                    // What the turn spent before the stop is billed with it.
+                    Err(LlmError::Cancelled { usage: spent }) => {
+                        usage += spent;
+                        return Err(LlmError::Cancelled { usage });
+                    }
+                    // A turn that fails gives the client nothing, and is not billed.
+                    Err(e) => return Err(e),
+                };
                 usage += completion.usage;
                 let Some(session) = session
                     .as_ref()
@@ -168,6 +208,7 @@ impl ChatService {
                     return Ok(ChatOutcome {
                         text: completion.text,
                         usage: Some(usage),
+                        billed: usage,
                         finish: if completion.finish == FinishReason::ToolCalls {
                             FinishReason::Stop
                         } else {
@@ -191,6 +232,7 @@ impl ChatService {
             Ok(ChatOutcome {
                 text: String::new(),
                 usage: None,
+                billed: usage,
                 finish: FinishReason::ToolCalls,
                 tool_calls: calls_made,
             })

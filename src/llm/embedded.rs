@@ -149,15 +149,26 @@ fn worker(
         }
     };
     let _ = ready.send(Ok(()));
-    for job in jobs.iter() {
+    for Job {
+        generation,
+        deltas,
+        done,
+    } in jobs.iter()
+    {
+        // A requester that has gone (a REST client that hung up) gets no model time.
+        if done.is_closed() {
+            continue;
+        }
+        let abandoned = || done.is_closed();
         let result = generate(
             &model,
             &template,
             &mut ctx,
-            job.generation,
-            job.deltas.as_ref(),
+            generation,
+            deltas.as_ref(),
+            &abandoned,
         );
-        let _ = job.done.send(result);
+        let _ = done.send(result);
     }
 }
 
@@ -182,14 +193,20 @@ fn send_within(
     loop {
         match tx.try_send(text) {
             Ok(()) => return Ok(()),
-            Err(TrySendError::Closed(_)) => return Err(LlmError::Cancelled),
+            Err(TrySendError::Closed(_)) => {
+                return Err(LlmError::Cancelled {
+                    usage: Usage::default(),
+                })
+            }
             Err(TrySendError::Full(back)) => {
                 if std::time::Instant::now() >= deadline {
                     tracing::warn!(
                         wait_s = wait.as_secs_f64(),
                         "a stream reader took no delta; generation stopped"
                     );
-                    return Err(LlmError::Cancelled);
+                    return Err(LlmError::Cancelled {
+                        usage: Usage::default(),
+                    });
                 }
                 text = back;
                 std::thread::sleep(std::time::Duration::from_millis(5));
@@ -272,6 +289,7 @@ fn generate(
     ctx: &mut LlamaContext<'_>,
     generation: Generation,
     deltas: Option<&tokio::sync::mpsc::Sender<String>>,
+    abandoned: &dyn Fn() -> bool,
 ) -> Result<Completion, LlmError> {
     let chat = render(&generation.messages, &generation.tools)?;
     let prompt = model
@@ -338,6 +356,15 @@ fn generate(
     let mut finish = FinishReason::Length;
     let mut pos = tokens.len() as i32;
     while produced < max_new {
+        if abandoned() {
+            return Err(spent(
+                LlmError::Cancelled {
+                    usage: Usage::default(),
+                },
+                tokens.len(),
+                produced,
+            ));
+        }
         let token = sampler.sample(ctx, batch.n_tokens() - 1);
         if vocab.is_eog(token) {
             finish = FinishReason::Stop;
@@ -349,7 +376,7 @@ fn generate(
         let (emit, stopped) = gate.push(&text);
         if !emit.is_empty() {
             if let Some(tx) = deltas {
-                send_delta(tx, emit)?;
+                send_delta(tx, emit).map_err(|e| spent(e, tokens.len(), produced))?;
             }
         }
         if stopped {
@@ -364,7 +391,7 @@ fn generate(
     let tail = gate.finish();
     if !tail.is_empty() {
         if let Some(tx) = deltas {
-            send_delta(tx, tail)?;
+            send_delta(tx, tail).map_err(|e| spent(e, tokens.len(), produced))?;
         }
     }
     let (text, tool_calls) = split_tool_calls(gate.text());
@@ -381,6 +408,20 @@ fn generate(
         },
         finish,
     })
+}
+
+/// A cancellation carries what the prompt and the tokens produced so far cost.
+fn spent(e: LlmError, prompt: usize, produced: usize) -> LlmError {
+    match e {
+        LlmError::Cancelled { .. } => LlmError::Cancelled {
+            usage: Usage {
+                prompt_tokens: prompt as u64,
+                completion_tokens: produced as u64,
+                total_tokens: (prompt + produced) as u64,
+            },
+        },
+        other => other,
+    }
 }
 
 /// Takes the longest valid UTF-8 prefix out of `pending` (a token may end mid-character).
@@ -563,13 +604,13 @@ mod tests {
         // Full, and nobody takes: the generation gives up after the wait.
         let started = std::time::Instant::now();
         let stalled = send_within(&tx, "b".into(), std::time::Duration::from_millis(50));
-        assert!(matches!(stalled, Err(LlmError::Cancelled)));
+        assert!(matches!(stalled, Err(LlmError::Cancelled { .. })));
         assert!(started.elapsed() >= std::time::Duration::from_millis(50));
         assert_eq!(rx.try_recv().unwrap(), "a");
         drop(rx);
         assert!(matches!(
             send_within(&tx, "c".into(), std::time::Duration::from_secs(60)),
-            Err(LlmError::Cancelled)
+            Err(LlmError::Cancelled { .. })
         ));
     }
 

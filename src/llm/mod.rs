@@ -164,6 +164,43 @@ pub struct Completion {
     pub finish: FinishReason,
 }
 
+/// Tokens a chat template adds around each message, at most (role markers, separators).
+const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
+/// Tokens a chat template adds to a conversation, at most (the assistant's opening, and the
+/// tool-use instructions when tools are offered).
+const PROMPT_OVERHEAD_TOKENS: u64 = 32;
+const TOOLS_OVERHEAD_TOKENS: u64 = 256;
+
+/// An upper bound of the prompt tokens of `messages` with `tools`: no token of a byte-level
+/// tokenizer is shorter than one byte, so bytes bound tokens, plus the template's markers.
+/// Reservations use it; it overstates, never understates.
+pub fn prompt_bound(messages: &[Message], tools: &[ToolSpec]) -> u64 {
+    let messages: u64 = messages
+        .iter()
+        .map(|m| {
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.id.len() + c.arguments.to_string().len() + 32)
+                .sum();
+            (m.content.len() + calls) as u64 + MESSAGE_OVERHEAD_TOKENS
+        })
+        .sum();
+    let tools: u64 = if tools.is_empty() {
+        0
+    } else {
+        TOOLS_OVERHEAD_TOKENS
+            + tools
+                .iter()
+                .map(|t| {
+                    (t.name.len() + t.description.len() + t.parameters.to_string().len()) as u64
+                        + 16
+                })
+                .sum::<u64>()
+    };
+    messages + tools + PROMPT_OVERHEAD_TOKENS
+}
+
 /// Where streamed text goes, piece by piece, if anywhere.
 pub type Deltas = Option<tokio::sync::mpsc::Sender<String>>;
 
@@ -187,9 +224,13 @@ pub enum LlmError {
     /// The upstream provider did not answer in time.
     #[error("upstream model provider timed out")]
     UpstreamTimeout,
-    /// The receiver of streamed text went away; generation was stopped.
+    /// The receiver of streamed text went away; generation was stopped. `usage` is what was
+    /// spent until then (the provider's count, or an estimate when it gave none): it is billed.
     #[error("the client went away")]
-    Cancelled,
+    Cancelled {
+        /// Tokens spent before the stop.
+        usage: Usage,
+    },
     /// The engine failed.
     #[error("language model failed: {0}")]
     Engine(String),

@@ -155,6 +155,7 @@ impl Provider for UpstreamLlm {
         let mut text = String::new();
         let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
         let mut usage = None;
+        let mut pieces = 0u64;
         let mut finish = None;
         let mut done = false;
         while !done {
@@ -189,10 +190,21 @@ impl Provider for UpstreamLlm {
                     .filter(|p| !p.is_empty())
                 {
                     text.push_str(piece);
+                    pieces += 1;
                     if let Some(tx) = &deltas {
-                        tx.send(piece.to_owned())
-                            .await
-                            .map_err(|_| LlmError::Cancelled)?;
+                        if tx.send(piece.to_owned()).await.is_err() {
+                            // The provider's count comes only at the end; until then the
+                            // estimate is a token per 4 bytes of prompt and one per piece.
+                            let prompt =
+                                super::prompt_bound(&generation.messages, &generation.tools) / 4;
+                            return Err(LlmError::Cancelled {
+                                usage: Usage {
+                                    prompt_tokens: prompt,
+                                    completion_tokens: pieces,
+                                    total_tokens: prompt + pieces,
+                                },
+                            });
+                        }
                     }
                 }
                 for call in choice["delta"]["tool_calls"]

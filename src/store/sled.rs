@@ -5,7 +5,9 @@
 //! - `api_keys`: key id -> JSON [`ApiKey`]; `api_key_hashes`: SHA-256 of the secret -> key id
 //! - `connectors`: client id -> JSON [`ConnectorRecord`] (client secret sealed)
 //! - `dashboard_users`: email -> JSON [`DashboardUser`] (argon2id password hash)
-//! - `ledger`: `org id / at_ms (u64 BE) / sequence (u64 BE)` -> JSON [`UsageEvent`]
+//! - `ledger`: `org id / at_ms (u64 BE) / sequence (u64 BE)` -> JSON [`UsageEvent`]; a live
+//!   call's running total uses a sequence derived from its call id (top bit set, so it never
+//!   meets a generated one) and is written over in place
 //! - `usage_daily`: `org id / YYYY-MM-DD kind-tag` -> total (u64 BE)
 //!
 //! A ledger append and its daily total change in one transaction and are flushed to disk
@@ -167,6 +169,15 @@ fn ledger_key(org_id: &str, at_ms: i64, seq: u64) -> Vec<u8> {
     key.extend_from_slice(&(at_ms.max(0) as u64).to_be_bytes());
     key.extend_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// The ledger sequence of a live call's running total: stable for the call, top bit set.
+fn call_seq(call_id: &str) -> u64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(call_id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first) | (1 << 63)
 }
 
 fn daily_key(org_id: &str, day: &str, kind: UsageKind) -> Vec<u8> {
@@ -555,22 +566,76 @@ impl UsageSink for SledStore {
         (&self.ledger, &self.usage_daily)
             .transaction(|(ledger, daily)| {
                 ledger.insert(ledger_key.as_slice(), value.as_slice())?;
-                let total = daily
-                    .get(&daily_key)?
-                    .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-                    .map_or(0, u64::from_be_bytes);
-                daily.insert(
-                    daily_key.as_slice(),
-                    &total.saturating_add(event.amount).to_be_bytes(),
-                )?;
+                add_to_day(daily, &daily_key, event.amount)?;
                 Ok::<_, ConflictableTransactionError<()>>(())
             })
             .map_err(|e| UsageError::Store(format!("{e:?}")))?;
+        self.durable()
+    }
+
+    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        if totals.is_empty() {
+            return Ok(());
+        }
+        // (ledger key, daily key, row, running total) of each call.
+        type Row = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
+        let rows: Vec<Row> = totals
+            .iter()
+            .map(|t| {
+                let call = t.call_id.as_deref().unwrap_or_default();
+                (
+                    ledger_key(&t.org_id, t.at_ms, call_seq(call)),
+                    daily_key(&t.org_id, &clock::day_of(t.at_ms), t.kind),
+                    encode(t),
+                    t.amount,
+                )
+            })
+            .collect();
+        (&self.ledger, &self.usage_daily)
+            .transaction(|(ledger, daily)| {
+                for (ledger_key, daily_key, value, amount) in &rows {
+                    // The day grows by what the call's total grew since it was last written.
+                    let before = match ledger.get(ledger_key)? {
+                        Some(old) => serde_json::from_slice::<UsageEvent>(&old)
+                            .map(|e| e.amount)
+                            .unwrap_or(0),
+                        None => 0,
+                    };
+                    ledger.insert(ledger_key.as_slice(), value.as_slice())?;
+                    add_to_day(daily, daily_key, amount.saturating_sub(before))?;
+                }
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| UsageError::Store(format!("{e:?}")))?;
+        self.durable()
+    }
+}
+
+impl SledStore {
+    /// Returns once every charge applied so far is on disk (one flush for all waiting).
+    fn durable(&self) -> Result<(), UsageError> {
         let ticket = self.commits.applied();
         self.commits
             .wait_durable(ticket, || self.flush())
             .map_err(UsageError::from)
     }
+}
+
+/// Adds `amount` to the day total at `key`, inside a transaction.
+fn add_to_day(
+    daily: &sled::transaction::TransactionalTree,
+    key: &[u8],
+    amount: u64,
+) -> Result<(), sled::transaction::UnabortableTransactionError> {
+    if amount == 0 {
+        return Ok(());
+    }
+    let total = daily
+        .get(key)?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map_or(0, u64::from_be_bytes);
+    daily.insert(key, &total.saturating_add(amount).to_be_bytes())?;
+    Ok(())
 }
 
 fn hex_to_hash(hex: &str) -> Option<[u8; 32]> {
@@ -618,7 +683,58 @@ mod tests {
             amount,
             source: UsageSource::Chat,
             at_ms,
+            call_id: None,
         }
+    }
+
+    fn running(call: &str, at_ms: i64, amount: u64) -> UsageEvent {
+        UsageEvent {
+            end_user: None,
+            source: UsageSource::Callstream,
+            call_id: Some(call.into()),
+            ..event("org_a", at_ms, UsageKind::AudioMs, amount)
+        }
+    }
+
+    #[test]
+    fn running_totals_are_written_over_and_days_grow_by_the_difference() {
+        let dir = tempfile::tempdir().unwrap();
+        let before_midnight = 1_795_651_199_999;
+        {
+            let s = store(dir.path());
+            s.checkpoint(&[
+                running("c1", before_midnight - 5000, 1000),
+                running("c2", before_midnight - 10, 300),
+            ])
+            .unwrap();
+            s.checkpoint(&[running("c1", before_midnight - 5000, 2500)])
+                .unwrap();
+            // The same total again (a batch sent twice) changes nothing.
+            s.checkpoint(&[running("c1", before_midnight - 5000, 2500)])
+                .unwrap();
+            // After midnight the call starts a new row.
+            s.checkpoint(&[running("c1", before_midnight + 1, 400)])
+                .unwrap();
+        }
+        // What was acknowledged is there after reopening.
+        let s = store(dir.path());
+        let events = s.usage_events("org_a", 0, i64::MAX).unwrap();
+        let mut amounts: Vec<(Option<String>, u64)> = events
+            .iter()
+            .map(|e| (e.call_id.clone(), e.amount))
+            .collect();
+        amounts.sort();
+        assert_eq!(
+            amounts,
+            [
+                (Some("c1".into()), 400),
+                (Some("c1".into()), 2500),
+                (Some("c2".into()), 300)
+            ]
+        );
+        let days = s.usage_by_day("org_a", "2026-11-25", "2026-11-26").unwrap();
+        let totals: Vec<u64> = days.iter().map(|d| d.amount).collect();
+        assert_eq!(totals, [2800, 400]);
     }
 
     #[test]

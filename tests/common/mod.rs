@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod audiohook;
+pub mod dashboard;
 pub mod mcp;
 pub mod upstream;
 

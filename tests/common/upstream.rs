@@ -43,8 +43,11 @@ fn chunk(v: Value) -> String {
     format!("data: {v}\n\n")
 }
 
-fn events(reply: &Reply) -> Vec<String> {
+/// The events of `reply`. Like a real provider, it never reports more completion tokens than
+/// the request's `max_tokens`.
+fn events(reply: &Reply, max_tokens: Option<u64>) -> Vec<String> {
     let usage = |(p, c): (u64, u64)| {
+        let c = c.min(max_tokens.unwrap_or(u64::MAX));
         chunk(
             json!({"choices": [], "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}),
         )
@@ -93,6 +96,7 @@ impl FakeUpstream {
                 let wait = *w.lock().unwrap();
                 async move {
                     tokio::time::sleep(wait).await;
+                    let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
                     seen.lock().unwrap().push(Seen {
                         authorization,
                         body,
@@ -114,7 +118,7 @@ impl FakeUpstream {
                         reply => {
                             let (mut tx, body) = warp::hyper::Body::channel();
                             tokio::spawn(async move {
-                                for e in events(&reply) {
+                                for e in events(&reply, max_tokens) {
                                     // Split each event too: parsers must cope with any chunking.
                                     let (a, b) = e.split_at(e.len() / 2);
                                     for part in [a, b] {

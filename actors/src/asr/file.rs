@@ -57,7 +57,14 @@ pub enum TranscribeError {
     /// The speech engine failed.
     #[error(transparent)]
     Asr(#[from] AsrError),
+    /// The caller cancelled the work (its client went away).
+    #[error("cancelled")]
+    Cancelled,
 }
+
+/// Set to stop a file's transcription: no more audio is decoded or queued, and utterances
+/// already queued are skipped by the workers.
+pub type Cancel = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
 impl From<ResampleError> for AsrError {
     fn from(e: ResampleError) -> Self {
@@ -170,6 +177,7 @@ struct Collector<'a> {
     done: usize,
     first_error: Option<AsrError>,
     progress: Progress<'a>,
+    cancel: Option<Cancel>,
 }
 
 impl<'a> Collector<'a> {
@@ -185,6 +193,7 @@ impl<'a> Collector<'a> {
             done: 0,
             first_error: None,
             progress,
+            cancel: None,
         }
     }
 
@@ -201,6 +210,7 @@ impl<'a> Collector<'a> {
                 // The collector may have given up on an error; then nobody needs it.
                 let _ = tx.send((index, r));
             }),
+            cancel: self.cancel.clone(),
         })?;
         self.take_ready();
         Ok(())
@@ -269,6 +279,7 @@ pub fn transcribe_file(
     language: &str,
     vad: VadConfig,
     progress: Progress<'_>,
+    cancel: &Cancel,
 ) -> Result<FileTranscription, TranscribeError> {
     let info = decoder.info().clone();
     let channels = info.channels;
@@ -277,9 +288,13 @@ pub fn transcribe_file(
         .map(|_| ChannelCutter::new(vad))
         .collect::<Result<Vec<_>, _>>()?;
     let mut collector = Collector::new(pool, language, progress);
+    collector.cancel = Some(cancel.clone());
     let mut wide_out: Vec<Vec<f32>> = vec![Vec::new(); channels];
     let mut cut = Vec::new();
     loop {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(TranscribeError::Cancelled);
+        }
         for o in &mut wide_out {
             o.clear();
         }

@@ -57,6 +57,17 @@ pub struct Job {
     pub language: String,
     /// Receives the result.
     pub reply: Reply,
+    /// Set when nobody wants the result any more (a file whose client went away): the job is
+    /// skipped, answered with [`AsrError::Unavailable`].
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Job {
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
 }
 
 impl std::fmt::Debug for Job {
@@ -306,6 +317,10 @@ fn work(
 }
 
 fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
+    let (cancelled, jobs): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(Job::cancelled);
+    for job in cancelled {
+        (job.reply)(Err(AsrError::Unavailable("cancelled".into())));
+    }
     let Some(language) = jobs.first().map(|j| j.language.clone()) else {
         return;
     };

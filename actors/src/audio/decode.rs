@@ -294,6 +294,12 @@ impl FileDecoder {
         self.frames
     }
 
+    /// Lowers the longest duration decoded (the file stops with [`DecodeError::TooLong`]
+    /// past it), for a limit known only once the file's own length is known.
+    pub fn limit_secs(&mut self, secs: f64) {
+        self.limits.max_secs = self.limits.max_secs.min(secs);
+    }
+
     /// Seconds handed out so far.
     pub fn secs(&self) -> f64 {
         self.frames as f64 / f64::from(self.info.rate.max(1))
@@ -473,11 +479,32 @@ fn check_channels(n: usize, limits: &DecodeLimits) -> Result<(), DecodeError> {
 /// count and block alignment must be sane (a zero rate makes a decoder library panic, an
 /// absurd one makes a resampler allocate without bound). Other formats pass through.
 fn check_wav_header(bytes: &[u8], limits: &DecodeLimits) -> Result<(), DecodeError> {
-    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+    let Some((pos, _)) = fmt_chunk(bytes) else {
         return Ok(());
+    };
+    let body = bytes
+        .get(pos + 8..pos + 8 + 16)
+        .ok_or_else(|| DecodeError::Corrupt("the WAV fmt chunk is cut short".into()))?;
+    let channels = usize::from(u16::from_le_bytes([body[2], body[3]]));
+    let rate = u32::from_le_bytes([body[4], body[5], body[6], body[7]]);
+    let block_align = u16::from_le_bytes([body[12], body[13]]);
+    check_channels(channels, limits)?;
+    check_rate(rate, limits)?;
+    if block_align == 0 {
+        return Err(DecodeError::Invalid(
+            "the WAV header declares a block alignment of 0".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Where a RIFF/WAVE file's `fmt ` chunk starts, and its declared length.
+fn fmt_chunk(bytes: &[u8]) -> Option<(usize, usize)> {
+    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return None;
     }
     let mut pos = 12usize;
-    while pos + 8 <= bytes.len() {
+    while pos.checked_add(8)? <= bytes.len() {
         let id = &bytes[pos..pos + 4];
         let len = u32::from_le_bytes([
             bytes[pos + 4],
@@ -486,27 +513,14 @@ fn check_wav_header(bytes: &[u8], limits: &DecodeLimits) -> Result<(), DecodeErr
             bytes[pos + 7],
         ]) as usize;
         if id == b"fmt " {
-            let body = bytes
-                .get(pos + 8..pos + 8 + 16)
-                .ok_or_else(|| DecodeError::Corrupt("the WAV fmt chunk is cut short".into()))?;
-            let channels = usize::from(u16::from_le_bytes([body[2], body[3]]));
-            let rate = u32::from_le_bytes([body[4], body[5], body[6], body[7]]);
-            let block_align = u16::from_le_bytes([body[12], body[13]]);
-            check_channels(channels, limits)?;
-            check_rate(rate, limits)?;
-            if block_align == 0 {
-                return Err(DecodeError::Invalid(
-                    "the WAV header declares a block alignment of 0".into(),
-                ));
-            }
-            return Ok(());
+            return Some((pos, len));
         }
         pos = pos
             .saturating_add(8)
             .saturating_add(len)
             .saturating_add(len & 1);
     }
-    Ok(())
+    None
 }
 
 fn open_opus(params: &symphonia::core::codecs::CodecParameters) -> Result<Codec, DecodeError> {
@@ -563,42 +577,25 @@ pub fn decode(
 /// `fmt ` chunk, while the format requires 18 for non-PCM codes (with a zero `cbSize`) and
 /// Symphonia insists on it. Such a chunk is widened here; any other input is returned as is.
 fn widen_g711_fmt(bytes: Vec<u8>) -> Vec<u8> {
-    if bytes.len() < 36 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+    let Some((pos, len)) = fmt_chunk(&bytes) else {
+        return bytes;
+    };
+    let tag = bytes
+        .get(pos + 8..pos + 10)
+        .map(|t| u16::from_le_bytes([t[0], t[1]]));
+    let body_end = pos + 8 + 16;
+    if len != 16 || !matches!(tag, Some(6 | 7)) || body_end > bytes.len() {
         return bytes;
     }
-    let mut pos = 12;
-    while pos + 8 <= bytes.len() {
-        let id = &bytes[pos..pos + 4];
-        let len = u32::from_le_bytes([
-            bytes[pos + 4],
-            bytes[pos + 5],
-            bytes[pos + 6],
-            bytes[pos + 7],
-        ]) as usize;
-        if id == b"fmt " {
-            let tag = bytes
-                .get(pos + 8..pos + 10)
-                .map(|t| u16::from_le_bytes([t[0], t[1]]));
-            if len != 16 || !matches!(tag, Some(6 | 7)) {
-                return bytes;
-            }
-            let body_end = pos + 8 + 16;
-            if body_end > bytes.len() {
-                return bytes;
-            }
-            let mut out = Vec::with_capacity(bytes.len() + 2);
-            out.extend_from_slice(&bytes[..pos + 4]);
-            out.extend_from_slice(&18u32.to_le_bytes());
-            out.extend_from_slice(&bytes[pos + 8..body_end]);
-            out.extend_from_slice(&0u16.to_le_bytes());
-            out.extend_from_slice(&bytes[body_end..]);
-            let riff = u32::from_le_bytes([out[4], out[5], out[6], out[7]]).saturating_add(2);
-            out[4..8].copy_from_slice(&riff.to_le_bytes());
-            return out;
-        }
-        pos += 8 + len + (len & 1);
-    }
-    bytes
+    let mut out = Vec::with_capacity(bytes.len() + 2);
+    out.extend_from_slice(&bytes[..pos + 4]);
+    out.extend_from_slice(&18u32.to_le_bytes());
+    out.extend_from_slice(&bytes[pos + 8..body_end]);
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&bytes[body_end..]);
+    let riff = u32::from_le_bytes([out[4], out[5], out[6], out[7]]).saturating_add(2);
+    out[4..8].copy_from_slice(&riff.to_le_bytes());
+    out
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@
 //!
 //! The supervisor owns the protocol [`Session`](crate::protocol::session::Session), numbers
 //! every message it sends, maps utterances onto the call timeline and reports audio to the
-//! process-wide [`Billing`](crate::billing::Billing) actor, which also answers its 30 s quota
-//! checks. Children never name the supervisor: each reports through a typed port
+//! process-wide [`Billing`](crate::billing::Billing) actor, which leases it the audio pool in
+//! slices (30 s by default) before the audio is served. Children never name the supervisor: each reports through a typed port
 //! (`DerivedActorRef` of its own event type), so the dependency runs one way. Queues are
 //! bounded: the socket task holds a [`Credit`] for every frame it hands in until the
 //! transcribers have taken the samples, the outbound queue to the socket is bounded, the ASR
@@ -28,7 +28,9 @@ pub mod settings;
 pub mod supervisor;
 pub mod transcriber;
 
-pub use outbound::{CallEnd, Child, DisconnectReason, Outbound, MEDIA_INFO, QUOTA_INFO};
+pub use outbound::{
+    CallEnd, Child, DisconnectReason, Outbound, MEDIA_INFO, QUOTA_INFO, REVOKED_INFO, STOPPING_INFO,
+};
 pub use ports::{CallInfo, CallObserver, IntentClassifier, IntentFuture};
 pub use settings::{CallSettings, Credit, LiveStats};
 pub use supervisor::{CallArgs, CallMsg, CallSupervisor};

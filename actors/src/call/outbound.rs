@@ -44,7 +44,29 @@ pub enum DisconnectReason {
     QuotaExhausted,
     /// The client broke the protocol.
     ProtocolError,
+    /// The connector was revoked or its organisation deleted during the call.
+    Revoked,
+    /// The server is shutting down.
+    ServerStopping,
 }
+
+impl DisconnectReason {
+    /// The `reason` and `info` of the `disconnect` message.
+    pub fn message(self) -> (&'static str, &'static str) {
+        match self {
+            DisconnectReason::UnsupportedMedia => ("error", MEDIA_INFO),
+            DisconnectReason::QuotaExhausted => ("error", QUOTA_INFO),
+            DisconnectReason::ProtocolError => ("error", "protocol error"),
+            DisconnectReason::Revoked => ("unauthorized", REVOKED_INFO),
+            DisconnectReason::ServerStopping => ("error", STOPPING_INFO),
+        }
+    }
+}
+
+/// The `disconnect` info when the connector or organisation is no longer valid.
+pub const REVOKED_INFO: &str = "The connector was revoked or its organisation deleted";
+/// The `disconnect` info when the server shuts down.
+pub const STOPPING_INFO: &str = "The server is shutting down; connect again to continue";
 
 /// The `disconnect` info when the transcription quota is used up (fixed by the contract).
 pub const QUOTA_INFO: &str = "Transcription quota exhausted for this plan";
@@ -86,6 +108,12 @@ impl std::fmt::Display for CallEnd {
             }
             CallEnd::Disconnected(DisconnectReason::ProtocolError) => {
                 f.write_str("disconnected: protocol error")
+            }
+            CallEnd::Disconnected(DisconnectReason::Revoked) => {
+                f.write_str("disconnected: connector or organisation revoked")
+            }
+            CallEnd::Disconnected(DisconnectReason::ServerStopping) => {
+                f.write_str("disconnected: server stopping")
             }
             CallEnd::IdleTimeout => f.write_str("idle timeout"),
             CallEnd::ProbeOver => f.write_str("probe answered"),

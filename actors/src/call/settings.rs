@@ -18,8 +18,9 @@ pub struct CallSettings {
     pub languages: Vec<String>,
     /// Language used when the call names none the model accepts.
     pub default_language: String,
-    /// How often the quota is checked during a call.
-    pub quota_check: Duration,
+    /// Audio leased from the organisation's pool at a time: the quota is checked each time
+    /// this much of the call's audio has been served (see [`crate::billing`]).
+    pub quota_slice: Duration,
     /// How long to wait for the client's `close` after a `disconnect`.
     pub disconnect_grace: Duration,
     /// A client that sends nothing (no message, no audio) for this long is gone: the call ends.
@@ -42,7 +43,7 @@ impl Default for CallSettings {
             vad: VadConfig::default(),
             languages: vec!["en".to_owned()],
             default_language: "en".to_owned(),
-            quota_check: Duration::from_secs(30),
+            quota_slice: Duration::from_secs(30),
             disconnect_grace: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(30),
             probe_timeout: Duration::from_secs(10),

@@ -1,8 +1,11 @@
 //! The call supervisor: one per live call. It owns the protocol session, answers the client,
 //! spawns the call's children once the session opens (a deinterleaver, a transcriber per
 //! channel, an intent actor), turns their results into `event` and `intent_update` messages,
-//! reports audio to the billing actor and checks the quota every
-//! [`CallSettings::quota_check`].
+//! and reports audio to the billing actor. Audio is served only under a lease: the call takes
+//! [`CallSettings::quota_slice`] of the organisation's pool at open and another slice each time
+//! that much audio has been served, so no call streams past the quota, however fast its client
+//! sends. The service can end a call from outside ([`CallMsg::Disconnect`]: revocation,
+//! shutdown).
 //!
 //! A child that fails ends the call ([`CallEnd::ChildFailed`]), except the intent actor, which
 //! is started again (its run is lost and answered with an error). The call's usage is written
@@ -19,14 +22,14 @@ use tokio::time::Instant;
 
 use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
 use super::intent::{Intent, IntentArgs, IntentMsg, IntentOutcome};
-use super::outbound::{CallEnd, Child, DisconnectReason, Outbound, MEDIA_INFO, QUOTA_INFO};
+use super::outbound::{CallEnd, Child, DisconnectReason, Outbound};
 use super::ports::{CallInfo, CallObserver, IntentClassifier};
 use super::settings::{CallSettings, Credit, LiveStats};
 use super::transcriber::{
     ChannelTranscript, Transcriber, TranscriberArgs, TranscriberEvent, TranscriberMsg,
 };
 use crate::asr::pool::AsrPool;
-use crate::billing::BillingMsg;
+use crate::billing::{BillingMsg, SAMPLES_PER_MS};
 use crate::protocol::messages::Duration as Pt;
 use crate::protocol::messages::{
     Alternative, Entity, EventParams, IntentUpdateParams, Interpretation, ServerEnvelope,
@@ -34,7 +37,7 @@ use crate::protocol::messages::{
 };
 use crate::protocol::session::{OpenRequest, Session, State, Step};
 use crate::transcript::round3;
-use crate::usage::{Account, Allowance};
+use crate::usage::Account;
 
 /// Messages of the [`CallSupervisor`].
 #[derive(Debug)]
@@ -51,8 +54,8 @@ pub enum CallMsg {
     Channel(TranscriberEvent),
     /// The intent actor's result.
     Intent(IntentOutcome),
-    /// Time for the quota check.
-    QuotaTick,
+    /// The service ends the call for this reason (`disconnect`, then close).
+    Disconnect(DisconnectReason),
     /// Time to see whether the client has gone silent.
     IdleTick,
     /// The client did not answer our `disconnect` in time.
@@ -130,7 +133,9 @@ pub struct CallState {
     intent: Option<ActorRef<IntentMsg>>,
     channels_done: usize,
     metered: bool,
-    quota_timer: Option<JoinHandle<()>>,
+    /// Samples per channel leased from the pool, and served, so far.
+    leased: u64,
+    served: u64,
     idle_timer: Option<JoinHandle<()>>,
     last_heard: Instant,
     /// Why we sent `disconnect`, while waiting for the client's `close`.
@@ -173,13 +178,9 @@ impl CallState {
 
     /// Sends `disconnect` and gives the client a moment to answer with `close`.
     async fn disconnect(&mut self, myself: &ActorRef<CallMsg>, reason: DisconnectReason) {
-        let info = match reason {
-            DisconnectReason::UnsupportedMedia => MEDIA_INFO,
-            DisconnectReason::QuotaExhausted => QUOTA_INFO,
-            DisconnectReason::ProtocolError => "protocol error",
-        };
-        tracing::info!(call = %self.args.call_id, info, "disconnecting");
-        let envelope = self.session.disconnect(info);
+        let (why, info) = reason.message();
+        tracing::info!(call = %self.args.call_id, reason = why, info, "disconnecting");
+        let envelope = self.session.disconnect_for(why, info);
         self.send(&envelope).await;
         self.await_close(myself, reason);
     }
@@ -203,10 +204,7 @@ impl CallState {
         if std::mem::replace(&mut self.ending, true) {
             return;
         }
-        for timer in [self.quota_timer.take(), self.idle_timer.take()]
-            .into_iter()
-            .flatten()
-        {
+        if let Some(timer) = self.idle_timer.take() {
             timer.abort();
         }
         if self.metered {
@@ -252,12 +250,26 @@ impl CallState {
             myself.send_after(self.args.settings.probe_timeout, || CallMsg::ProbeOver);
             return Ok(());
         }
-        if self.allowance().await?.is_exhausted() {
-            self.disconnect(myself, DisconnectReason::QuotaExhausted)
-                .await;
-            return Ok(());
+        // Metering and the first slice of the pool come before anything is served.
+        self.args.billing.cast(BillingMsg::Start {
+            call: self.args.call_id.clone(),
+            account: self.args.account.clone(),
+        })?;
+        self.metered = true;
+        match self.renew_lease(0).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.disconnect(myself, DisconnectReason::QuotaExhausted)
+                    .await;
+                return Ok(());
+            }
+            Err(()) => {
+                self.end(myself, CallEnd::Failed).await;
+                return Ok(());
+            }
         }
         // Children first, so no audio can arrive before they exist.
+        let settings = &self.args.settings;
         let cell = myself.get_cell();
         let mut transcribers = Vec::new();
         for (channel, name) in media.entry.channels.iter().enumerate() {
@@ -292,15 +304,8 @@ impl CallState {
         self.transcribers = transcribers;
         self.deinterleaver = Some(d);
         self.spawn_intent(myself).await?;
-        self.args.billing.cast(BillingMsg::Start {
-            call: self.args.call_id.clone(),
-            account: self.args.account.clone(),
-        })?;
-        self.metered = true;
         self.args.stats.calls.fetch_add(1, Ordering::Relaxed);
         self.active = Some(ActiveCall::new(self.args.stats.clone()));
-        self.quota_timer =
-            Some(myself.send_interval(self.args.settings.quota_check, || CallMsg::QuotaTick));
         tracing::info!(call = %self.args.call_id, session = ?self.session.id(),
             conversation = %request.params.conversation_id, format = %media.entry.format,
             channels = ?media.entry.channels, language = %self.language, "call opened");
@@ -332,11 +337,41 @@ impl CallState {
         Ok(())
     }
 
-    async fn allowance(&self) -> Result<Allowance, ActorProcessingErr> {
-        let org_id = self.args.account.org_id.clone();
-        Ok(ractor::call!(self.args.billing, |reply| {
-            BillingMsg::Check { org_id, reply }
-        })??)
+    /// Leases another slice of the pool, at least enough for `needed` more samples. `Ok(false)`
+    /// when the pool cannot cover them; `Err` when billing did not answer in time (logged).
+    async fn renew_lease(&mut self, needed: u64) -> Result<bool, ()> {
+        let want_ms = (self.args.settings.quota_slice.as_millis() as u64)
+            .max(needed.div_ceil(SAMPLES_PER_MS))
+            .max(1);
+        match crate::billing::lease(&self.args.billing, &self.args.call_id, want_ms).await {
+            Ok(granted) => {
+                self.leased += granted * SAMPLES_PER_MS;
+                Ok(self.served + needed <= self.leased && granted > 0)
+            }
+            Err(e) => {
+                tracing::error!(call = %self.args.call_id, error = %e, "no answer from billing");
+                Err(())
+            }
+        }
+    }
+
+    /// Whether `samples` more may be served: within the lease, or within a new one.
+    async fn may_serve(&mut self, myself: &ActorRef<CallMsg>, samples: u64) -> bool {
+        if self.served + samples <= self.leased {
+            return true;
+        }
+        match self.renew_lease(samples).await {
+            Ok(true) => true,
+            Ok(false) => {
+                if self.disconnecting.is_none() {
+                    self.disconnect(myself, DisconnectReason::QuotaExhausted)
+                        .await;
+                }
+                false
+            }
+            // Not served, not billed; the next frame asks again.
+            Err(()) => false,
+        }
     }
 
     fn transcript_event(&self, t: ChannelTranscript) -> (TranscriptData, f64) {
@@ -384,12 +419,19 @@ impl CallState {
             Step::Reply(envelope) => self.send(&envelope).await,
             Step::Open(request) => self.open(myself, request).await?,
             Step::Audio(samples) => {
-                if let (Some(d), Some(frame)) = (&self.deinterleaver, frame) {
-                    self.args.billing.cast(BillingMsg::Audio {
-                        call: self.args.call_id.clone(),
-                        samples: samples as u64,
-                    })?;
-                    d.cast(DeinterleaverMsg::Frame(frame.0, frame.1))?;
+                let samples = samples as u64;
+                if self.deinterleaver.is_some() && frame.is_some() {
+                    if !self.may_serve(myself, samples).await {
+                        return Ok(());
+                    }
+                    if let (Some(d), Some(frame)) = (&self.deinterleaver, frame) {
+                        self.served += samples;
+                        self.args.billing.cast(BillingMsg::Audio {
+                            call: self.args.call_id.clone(),
+                            samples,
+                        })?;
+                        d.cast(DeinterleaverMsg::Frame(frame.0, frame.1))?;
+                    }
                 }
             }
             Step::Language(tag, updated) => {
@@ -496,7 +538,8 @@ impl Actor for CallSupervisor {
             intent: None,
             channels_done: 0,
             metered: false,
-            quota_timer: None,
+            leased: 0,
+            served: 0,
             ending: false,
             active: None,
             args,
@@ -572,22 +615,14 @@ impl Actor for CallSupervisor {
                     state.reply(ServerMessage::IntentUpdate(params)).await;
                 }
             }
-            CallMsg::QuotaTick => {
-                if matches!(state.session.state(), State::Active | State::Paused) {
-                    match state.allowance().await {
-                        Ok(a) if a.is_exhausted() => {
-                            state
-                                .disconnect(&myself, DisconnectReason::QuotaExhausted)
-                                .await
-                        }
-                        Ok(_) => {}
-                        // A failed check does not end a paying call; the next one may succeed.
-                        Err(e) => {
-                            tracing::error!(call = %state.args.call_id, error = %e, "quota check failed")
-                        }
-                    }
+            CallMsg::Disconnect(reason) => match state.session.state() {
+                State::Active | State::Paused => state.disconnect(&myself, reason).await,
+                // Before `open` there is no session to disconnect.
+                State::AwaitingOpen | State::Opening => {
+                    state.end(&myself, CallEnd::Disconnected(reason)).await
                 }
-            }
+                _ => {}
+            },
             CallMsg::IdleTick => {
                 let silent = state.last_heard.elapsed();
                 // A closing call is waiting for its own transcripts, not for the client.

@@ -124,6 +124,7 @@ impl TranscriberState {
                 // The call may be gone by now; then nobody needs the answer.
                 let _ = me.cast(TranscriberMsg::Done { seq, result });
             }),
+            cancel: None,
         };
         self.held.push_back((seq, job));
         self.offer(myself)?;

@@ -163,9 +163,14 @@ impl Session {
 
     /// A `disconnect` with reason `error`; the session then waits for the client's `close`.
     pub fn disconnect(&mut self, info: impl Into<String>) -> ServerEnvelope {
+        self.disconnect_for("error", info)
+    }
+
+    /// Sends `disconnect` with `reason` (`error`, `unauthorized` or `completed`) and `info`.
+    pub fn disconnect_for(&mut self, reason: &str, info: impl Into<String>) -> ServerEnvelope {
         self.state = State::Disconnecting;
         self.envelope(ServerMessage::Disconnect(DisconnectParams {
-            reason: "error".to_owned(),
+            reason: reason.to_owned(),
             info: Some(info.into()),
         }))
     }

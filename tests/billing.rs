@@ -1,0 +1,443 @@
+//! Billing integrity against the real server and its real store: a `kill -9` loses at most
+//! about a second of each call in progress; parallel chats, files and calls against a nearly
+//! used-up quota never pass it; revoking a connector or deleting an organisation ends its
+//! calls; SIGTERM with the dashboard's live page open exits and writes every call's usage.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::Message;
+
+use callstream::store::Store;
+use callstream_actors::call::{QUOTA_INFO, REVOKED_INFO, STOPPING_INFO};
+use callstream_actors::usage::UsageSource;
+use common::audiohook::{audiohook_request, message, open, session_id};
+use common::upstream::{FakeUpstream, Reply};
+use common::{open_store, Env};
+
+/// 100 ms of stereo PCMU silence.
+const FRAME: [u8; 1600] = [0xFF; 1600];
+
+/// An organisation on `plan` with a connector: (org id, client id, secret).
+fn connector(env: &Env, plan: &str) -> (String, String, String) {
+    let org = env.cli_json(&["org", "create", "Acme", "--plan", plan])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let c = env.cli_json(&["connector", "create", &org]);
+    (
+        org,
+        c["connector"]["client_id"].as_str().unwrap().to_owned(),
+        c["client_secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// What a call's client saw.
+#[derive(Debug, Default)]
+struct CallLog {
+    /// The parameters of the server's `disconnect`, and when it came.
+    disconnect: Option<(Value, Instant)>,
+    /// The close code.
+    close: Option<u16>,
+}
+
+/// Streams up to `frames` frames of 100 ms, `pace` apart, counting in `sent` the milliseconds
+/// sent; then sends `close`. A `disconnect` from the server is answered with `close` and stops
+/// the audio.
+async fn stream_call(
+    request: Request,
+    frames: usize,
+    pace: Duration,
+    sent: Arc<AtomicU64>,
+) -> CallLog {
+    let id = session_id(&request);
+    let Ok((ws, _)) = tokio_tungstenite::connect_async(request).await else {
+        return CallLog::default();
+    };
+    let (mut tx, mut rx) = ws.split();
+    let mut seq = 1;
+    tx.send(message(&id, seq, "open", open(false)))
+        .await
+        .unwrap();
+    let mut log = CallLog::default();
+    let mut opened = false;
+    let mut left = frames;
+    let mut tick = tokio::time::interval(pace.max(Duration::from_millis(1)));
+    loop {
+        tokio::select! {
+            _ = tick.tick(), if opened && left > 0 && log.disconnect.is_none() => {
+                if tx.send(Message::binary(FRAME.to_vec())).await.is_err() {
+                    break;
+                }
+                sent.fetch_add(100, Ordering::SeqCst);
+                left -= 1;
+                if left == 0 {
+                    seq += 1;
+                    let _ = tx.send(message(&id, seq, "close", json!({"reason": "end"}))).await;
+                }
+            }
+            msg = rx.next() => match msg {
+                Some(Ok(Message::Text(t))) => {
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    match v["type"].as_str() {
+                        Some("opened") => opened = true,
+                        Some("disconnect") => {
+                            log.disconnect = Some((v["parameters"].clone(), Instant::now()));
+                            seq += 1;
+                            let _ = tx
+                                .send(message(&id, seq, "close", json!({"reason": "disconnect"})))
+                                .await;
+                        }
+                        _ => {}
+                    }
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    log.close = frame.map(|f| u16::from(f.code));
+                    break;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => break,
+            }
+        }
+    }
+    log
+}
+
+/// Starts a call that streams a minute in real time; returns once it has sent `ms`.
+async fn real_time_call(
+    request: Request,
+    ms: u64,
+) -> (tokio::task::JoinHandle<CallLog>, Arc<AtomicU64>) {
+    let sent = Arc::new(AtomicU64::new(0));
+    let call = tokio::spawn(stream_call(
+        request,
+        600,
+        Duration::from_millis(100),
+        sent.clone(),
+    ));
+    while sent.load(Ordering::SeqCst) < ms {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (call, sent)
+}
+
+fn total(sent: &[Arc<AtomicU64>]) -> u64 {
+    sent.iter().map(|s| s.load(Ordering::SeqCst)).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_loses_at_most_about_a_second_of_each_call() {
+    let env = Env::new(&[]);
+    let server = env.serve();
+    let (org, client_id, secret) = connector(&env, "team");
+    let sent: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::default()).collect();
+    let calls: Vec<_> = sent
+        .iter()
+        .map(|s| {
+            let request = audiohook_request(&server, &client_id, &secret);
+            tokio::spawn(stream_call(
+                request,
+                10_000,
+                Duration::from_millis(100),
+                s.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let before_kill = total(&sent);
+    server.kill();
+    let after_kill = total(&sent);
+    for call in calls {
+        call.await.unwrap();
+    }
+    let server = env.serve();
+    let used_ms = (env.audio_used(&org) * 1000.0).round() as u64;
+    println!(
+        "streamed {before_kill}-{after_kill} ms in 3 calls; {used_ms} ms billed after kill -9"
+    );
+    assert!(used_ms <= after_kill, "more billed than streamed");
+    // The running totals are written every second: each call loses at most about that.
+    assert!(
+        used_ms + 3 * 1_500 >= before_kill,
+        "{used_ms} ms billed of {before_kill} ms streamed"
+    );
+    server.stop();
+    // One running-total row per call, written over in place.
+    let events = open_store(&env.data_dir())
+        .usage_events(&org, 0, i64::MAX)
+        .unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(events.iter().all(|e| e.source == UsageSource::Callstream));
+    let mut calls: Vec<_> = events.iter().map(|e| e.call_id.clone().unwrap()).collect();
+    calls.dedup();
+    assert_eq!(calls.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_chats_never_pass_the_token_quota() {
+    let fake = FakeUpstream::start().await;
+    // Each answer is 40 prompt tokens and up to 300 completion tokens.
+    fake.set_default(Reply::Text(vec!["a", "b", "c"], (40, 300)));
+    fake.set_delay(Duration::from_millis(300));
+    let mut extra = fake.env();
+    extra.push(("CALLSTREAM_PLANS__FREE__CHAT_TOKENS_PER_MONTH", "10".into()));
+    extra.push((
+        "CALLSTREAM_PLANS__TEAM__CHAT_TOKENS_PER_MONTH",
+        "1500".into(),
+    ));
+    let env = Env::with(extra);
+    let server = env.serve();
+    let client = reqwest::Client::new();
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}],
+        "return_markdown": true, "max_tokens": 4096});
+    let wave = |secret: String| {
+        let (client, url, body) = (
+            client.clone(),
+            server.url("/api/llm/chat/completions"),
+            body.clone(),
+        );
+        async move {
+            let requests = (0..9).map(|_| common::post(&client, &url, &secret, &body));
+            futures_util::future::join_all(requests).await
+        }
+    };
+    let used = |org: &str| {
+        env.cli_json(&["usage", org])["chat_tokens"]["used"]
+            .as_u64()
+            .unwrap()
+    };
+
+    // Ten tokens left: not even a prompt fits; nine parallel chats are all refused.
+    let (poor, _, secret) = env.org_with_key("Poor");
+    for (status, body) in wave(secret).await {
+        assert_eq!(status, 402, "{body}");
+        assert_eq!(body["error"]["code"], "quota_exhausted", "{body}");
+    }
+    assert_eq!(used(&poor), 0);
+
+    // 1,500 tokens: waves of nine parallel chats until none gets through.
+    let org = env.cli_json(&["org", "create", "Rich", "--plan", "team"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, secret) = env.key(&org);
+    let mut answered = 0;
+    let mut billed = 0;
+    loop {
+        let results = wave(secret.clone()).await;
+        let ok: Vec<&Value> = results
+            .iter()
+            .filter(|(s, _)| *s == 200)
+            .map(|(_, b)| b)
+            .collect();
+        for (status, body) in &results {
+            assert!(*status == 200 || *status == 402, "{status} {body}");
+        }
+        billed += ok
+            .iter()
+            .map(|b| b["usage"]["total_tokens"].as_u64().unwrap())
+            .sum::<u64>();
+        answered += ok.len();
+        if ok.is_empty() {
+            break;
+        }
+    }
+    let used = used(&org);
+    println!("{answered} chats answered, {used} of 1500 tokens used");
+    assert!(answered >= 2, "the quota served more than one chat");
+    assert_eq!(used, billed, "the ledger has what the answers report");
+    assert!(used <= 1500, "{used} tokens used of a 1500-token quota");
+}
+
+/// A WAV file of `secs` seconds of 8 kHz 16-bit mono silence.
+fn silent_wav(secs: u32) -> Vec<u8> {
+    let data = vec![0u8; (secs * 8000 * 2) as usize];
+    let mut h = Vec::new();
+    h.extend_from_slice(b"RIFF");
+    h.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    h.extend_from_slice(b"WAVEfmt ");
+    h.extend_from_slice(&16u32.to_le_bytes());
+    h.extend_from_slice(&1u16.to_le_bytes());
+    h.extend_from_slice(&1u16.to_le_bytes());
+    h.extend_from_slice(&8000u32.to_le_bytes());
+    h.extend_from_slice(&16000u32.to_le_bytes());
+    h.extend_from_slice(&2u16.to_le_bytes());
+    h.extend_from_slice(&16u16.to_le_bytes());
+    h.extend_from_slice(b"data");
+    h.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    h.extend_from_slice(&data);
+    h
+}
+
+async fn upload(url: String, key: String, bytes: Vec<u8>) -> (u16, Value) {
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes).file_name("call.wav"),
+    );
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("X-API-Key", key)
+        .multipart(form)
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await
+        .expect("the server answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("every answer is JSON"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_files_and_calls_never_pass_the_audio_quota() {
+    let env = Env::new(&[("CALLSTREAM_PLANS__FREE__AUDIO_MINUTES_PER_MONTH", "1")]);
+    let server = env.serve();
+
+    // Six 20-second files at once against one minute: three fit, whatever the order.
+    let (org, _, secret) = env.org_with_key("Files");
+    let uploads = (0..6).map(|_| {
+        upload(
+            server.url("/api/transcribe"),
+            secret.clone(),
+            silent_wav(20),
+        )
+    });
+    let results = futures_util::future::join_all(uploads).await;
+    let statuses: Vec<u16> = results.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        3,
+        "{results:?}"
+    );
+    for (status, body) in &results {
+        if *status != 200 {
+            assert_eq!(*status, 402, "{body}");
+            assert_eq!(body["error"]["code"], "quota_exhausted", "{body}");
+        }
+    }
+    assert!((env.audio_used(&org) - 60.0).abs() < 1e-9);
+
+    // Three calls at once, each sending 45 s of audio far faster than real time, against one
+    // minute: audio is served only under a lease, so together they get exactly the minute.
+    let (org, client_id, secret) = connector(&env, "free");
+    let sent: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::default()).collect();
+    let calls = sent.iter().map(|s| {
+        let request = audiohook_request(&server, &client_id, &secret);
+        stream_call(request, 450, Duration::from_millis(1), s.clone())
+    });
+    let logs = futures_util::future::join_all(calls).await;
+    let used = env.audio_used(&org);
+    println!("calls sent {} ms, {used} s billed: {logs:?}", total(&sent));
+    assert!((used - 60.0).abs() < 1e-9, "{used} s used of a 60 s quota");
+    assert!(
+        logs.iter().any(|l| l
+            .disconnect
+            .as_ref()
+            .is_some_and(|(p, _)| p["info"] == QUOTA_INFO)),
+        "a call was disconnected for the quota"
+    );
+    assert!(logs.iter().all(|l| l.close == Some(1000)), "{logs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_the_connector_or_deleting_the_organisation_ends_its_calls() {
+    let env = Env::new(&[]);
+    let server = env.serve();
+    for how in ["revoke the connector", "delete the organisation"] {
+        let (org, client_id, secret) = connector(&env, "team");
+        let (call, sent) =
+            real_time_call(audiohook_request(&server, &client_id, &secret), 1_000).await;
+        let at = Instant::now();
+        if how == "revoke the connector" {
+            env.cli_json(&["connector", "revoke", &client_id]);
+        } else {
+            env.cli_json(&["org", "delete", &org]);
+        }
+        let log = tokio::time::timeout(Duration::from_secs(30), call)
+            .await
+            .expect("the call ends")
+            .unwrap();
+        let (params, when) = log.disconnect.clone().expect("a disconnect");
+        println!("{how}: disconnect {:?} after the change", when - at);
+        assert_eq!(
+            params,
+            json!({"reason": "unauthorized", "info": REVOKED_INFO})
+        );
+        assert_eq!(log.close, Some(1000));
+        let streamed = sent.load(Ordering::SeqCst) as f64 / 1000.0;
+        let used = env.audio_used(&org);
+        assert!(
+            used > 0.9 && used <= streamed,
+            "{used} s billed of {streamed} s"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_an_open_live_page_exits_and_writes_every_call() {
+    let env = Env::new(&[]);
+    let server = env.serve();
+    let (org, client_id, secret) = connector(&env, "team");
+    env.cli_json(&[
+        "user",
+        "create",
+        &org,
+        "lead@example.com",
+        "--password",
+        "a long and good password",
+    ]);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let cookie = common::dashboard::session_cookie(
+        &client,
+        &server,
+        "lead@example.com",
+        "a long and good password",
+    )
+    .await;
+    let mut live = client
+        .get(server.url("/dashboard/calls/events"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+    let first = live.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("snapshot"));
+
+    let (call, sent) = real_time_call(audiohook_request(&server, &client_id, &secret), 2_000).await;
+    let stopping = Instant::now();
+    let stopped = tokio::task::spawn_blocking(move || server.stop());
+    // The live page's stream ends, so the stop is not held up by it.
+    let feed_ended = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(_)) = live.chunk().await {}
+    })
+    .await;
+    assert!(feed_ended.is_ok(), "the live feed did not end");
+    tokio::time::timeout(Duration::from_secs(30), stopped)
+        .await
+        .expect("the server exits within its shutdown bound")
+        .unwrap();
+    println!("stopped {:?} after SIGTERM", stopping.elapsed());
+    let log = call.await.unwrap();
+    let (params, _) = log.disconnect.clone().expect("a disconnect");
+    assert_eq!(params, json!({"reason": "error", "info": STOPPING_INFO}));
+
+    // Every second the call streamed before the disconnect is in the ledger.
+    let streamed = sent.load(Ordering::SeqCst);
+    let events = open_store(&env.data_dir())
+        .usage_events(&org, 0, i64::MAX)
+        .unwrap();
+    let used: u64 = events.iter().map(|e| e.amount).sum();
+    println!("streamed {streamed} ms, billed {used} ms");
+    assert!(
+        used <= streamed && used + 300 >= streamed,
+        "{used} ms billed of {streamed} ms"
+    );
+}
