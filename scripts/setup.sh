@@ -44,13 +44,16 @@ command -v cargo >/dev/null || { echo "setup: cargo (Rust toolchain) is required
 
 python3 scripts/models.py --set "$model_set"
 
-# The test suite checks the live-call handshake against an independent RFC 9421 signer (PyPI
-# http-message-signatures), kept out of the system Python in ~/.cache/callstream/pydeps.
+# The test suite talks to the service with real client libraries, kept out of the system Python
+# in ~/.cache/callstream/pydeps: an independent RFC 9421 signer (http-message-signatures) for the
+# live-call handshake, the OpenAI Python SDK for streamed chat, and requests for uploads.
 if [ "$model_set" != default ]; then
   pydeps="${CALLSTREAM_PYDEPS:-$HOME/.cache/callstream/pydeps}"
-  if ! PYTHONPATH="$pydeps" python3 -c "import http_message_signatures" 2>/dev/null; then
-    echo "setup: installing http-message-signatures into $pydeps"
-    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-      --target "$pydeps" "http-message-signatures==3.0.0"
+  if ! PYTHONPATH="$pydeps" python3 -c "
+import http_message_signatures, openai, requests
+assert openai.__version__ == '3.51.0' and requests.__version__ == '2.34.2'" 2>/dev/null; then
+    echo "setup: installing the test clients into $pydeps"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --upgrade \
+      --target "$pydeps" "http-message-signatures==3.0.0" "openai==3.51.0" "requests==2.34.2"
   fi
 fi

@@ -295,15 +295,30 @@ impl Calls {
             }
         };
         let policy = Policy::audiohook();
-        let verified = rfc9421::verify(
-            request,
-            &input,
-            &signature,
-            key,
-            Some(&client_id),
-            now,
-            &policy,
-        )?;
+        // The signature covers the authority the client connected to: this request's Host, or
+        // the public one when a proxy rewrote Host.
+        let public = self.config.public_authority();
+        let verify = |authority: &str| {
+            let parts = RequestParts {
+                authority,
+                ..*request
+            };
+            rfc9421::verify(
+                &parts,
+                &input,
+                &signature,
+                key,
+                Some(&client_id),
+                now,
+                &policy,
+            )
+        };
+        let verified = match verify(request.authority) {
+            Err(SignatureError::Mismatch) if !public.eq_ignore_ascii_case(request.authority) => {
+                verify(&public)?
+            }
+            other => other?,
+        };
         let (Some((connector, _)), true) = (found, live_org) else {
             return Err(HandshakeError::UnknownConnector);
         };

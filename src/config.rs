@@ -64,6 +64,10 @@ pub struct ServerConfig {
     pub header_read_timeout_ms: u64,
     /// How long a graceful stop waits for work in progress to finish and be billed.
     pub shutdown_timeout_ms: u64,
+    /// The authority (`host[:port]`) live-call signatures may also be made over, besides the
+    /// request's `Host`: what clients connect to when a proxy rewrites `Host`. Empty: the host
+    /// of `public_url`.
+    pub public_authority: String,
 }
 
 /// `[realtime]`.
@@ -441,6 +445,22 @@ impl Config {
         }
         self.callstream_ws_url().map_err(invalid)?;
         Ok(())
+    }
+
+    /// The authority live-call signatures may be made over besides the request's `Host`:
+    /// `server.public_authority`, or the host of `server.public_url` (an `https` URL's default
+    /// port 443, or `http`'s 80, is left out, as clients leave it out of `@authority`).
+    pub fn public_authority(&self) -> String {
+        let configured = self.server.public_authority.trim();
+        if !configured.is_empty() {
+            return configured.to_ascii_lowercase();
+        }
+        let url = self.server.public_url.trim_end_matches('/');
+        let (scheme, host) = url.split_once("://").unwrap_or(("https", url));
+        let default_port = if scheme == "http" { ":80" } else { ":443" };
+        host.strip_suffix(default_port)
+            .unwrap_or(host)
+            .to_ascii_lowercase()
     }
 
     /// The fixed AudioHook WebSocket URL shown for every connector.

@@ -26,16 +26,9 @@ const FRAME: [u8; 1600] = [0xFF; 1600];
 
 /// An organisation on `plan` with a connector: (org id, client id, secret).
 fn connector(env: &Env, plan: &str) -> (String, String, String) {
-    let org = env.cli_json(&["org", "create", "Acme", "--plan", plan])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let c = env.cli_json(&["connector", "create", &org]);
-    (
-        org,
-        c["connector"]["client_id"].as_str().unwrap().to_owned(),
-        c["client_secret"].as_str().unwrap().to_owned(),
-    )
+    let org = env.org_on_plan("Acme", plan);
+    let (client_id, secret) = env.connector(&org);
+    (org, client_id, secret)
 }
 
 /// What a call's client saw.
@@ -222,10 +215,7 @@ async fn parallel_chats_never_pass_the_token_quota() {
     assert_eq!(used(&poor), 0);
 
     // 1,500 tokens: waves of nine parallel chats until none gets through.
-    let org = env.cli_json(&["org", "create", "Rich", "--plan", "team"])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let org = env.org_on_plan("Rich", "team");
     let (_, secret) = env.key(&org);
     let mut answered = 0;
     let mut billed = 0;

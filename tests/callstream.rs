@@ -453,12 +453,7 @@ async fn bad_credentials_close_with_4401_before_any_message() {
 async fn an_independent_rfc_9421_signer_is_accepted() {
     let (_fake, env, server) = setup(&[]).await;
     let (_, client_id, secret) = connector(&env, None);
-    let pydeps = std::env::var("CALLSTREAM_PYDEPS").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/callstream/pydeps",
-            std::env::var("HOME").unwrap()
-        )
-    });
+    let pydeps = common::pydeps();
     let sign = |secret: &str| -> Vec<(String, String)> {
         let out = std::process::Command::new("python3")
             .arg(fixture("tests/support/sign_audiohook.py"))

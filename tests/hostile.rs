@@ -381,13 +381,8 @@ async fn live_calls_that_stall_probe_or_send_oversized_frames_end_and_are_billed
         ("CALLSTREAM_CALLS__MAX_CALLS_PER_CONNECTOR", "2"),
     ]);
     let mut server = env.serve();
-    let org = env.cli_json(&["org", "create", "Calls", "--plan", "team"])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let c = env.cli_json(&["connector", "create", &org]);
-    let client_id = c["connector"]["client_id"].as_str().unwrap().to_owned();
-    let secret = c["client_secret"].as_str().unwrap().to_owned();
+    let org = env.org_on_plan("Calls", "team");
+    let (client_id, secret) = env.connector(&org);
 
     // A client that sends a second of audio, then pings without ever reading the pongs.
     let request = audiohook_request(&server, &client_id, &secret);

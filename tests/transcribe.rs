@@ -190,7 +190,11 @@ async fn errors_have_their_statuses_and_bill_nothing() {
         ),
         (form(&wav, &[("language", "xx")]), 400, "invalid_language"),
         (form(&wav, &[("extract_bant", "yes")]), 400, "invalid_flag"),
-        (form(&wav, &[("extract_neat", "1")]), 400, "invalid_flag"),
+        (
+            form(&wav, &[("extract_neat", "maybe")]),
+            400,
+            "invalid_flag",
+        ),
         (
             form(&fixture("formats/not-audio.txt"), &[]),
             415,

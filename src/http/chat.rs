@@ -1,12 +1,16 @@
 //! `POST /api/llm/chat/completions`: one chat turn, answered whole.
 //!
 //! Request checks (400 with a code naming the field): `messages` a non-empty array (at most
-//! 256) of `{role: "user"|"assistant"|"system", content: non-empty string}`; `return_markdown`
+//! 256) of `{role: "user"|"assistant"|"system", content: string}` (non-empty but for the
+//! assistant's); `return_markdown`
 //! a boolean (required); `max_tokens` an integer 1-4096 (default 1024); `temperature` 0-2
 //! (default 0.7); `top_p` over 0 up to 1 (default 1); `stop` a string or up to 4 strings;
 //! `frequency_penalty` and `presence_penalty` -2 to 2 (default 0); `seed` a non-negative
 //! integer; `system_prompt` a string layered on the organisation's prompt; `user` an opaque
-//! end-user id (at most 256 characters) recorded with the usage. Other fields are ignored.
+//! end-user id (at most 256 characters) recorded with the usage; `stream` a boolean (true:
+//! server-sent events, see [`crate::http::chat_stream`]) and `stream_options.include_usage`.
+//! An assistant message's content may be empty or null; content may also be OpenAI-style
+//! text parts. Other fields are ignored.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -71,6 +75,9 @@ pub struct ParsedTurn {
     pub turn: ChatTurn,
     /// End-user id for billing.
     pub user: Option<String>,
+    /// `stream: true`: answer with server-sent events; `Some(true)` when the last event is to
+    /// carry the usage (`stream_options.include_usage`).
+    pub stream: Option<bool>,
 }
 
 /// The fields REST and realtime share.
@@ -122,16 +129,23 @@ pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
                 ))
             }
         };
-        let content = m
-            .get("content")
-            .and_then(Value::as_str)
-            .filter(|c| !c.trim().is_empty())
-            .ok_or_else(|| {
-                invalid(
-                    "invalid_messages",
-                    format!("messages[{i}].content must be a non-empty string"),
-                )
-            })?;
+        // A string, or OpenAI-style text parts. An assistant message may be empty (or null):
+        // a turn that ended at the tool-loop cap answered "", and clients send history back.
+        let content = match m.get("content") {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Array(parts)) => text_parts(parts),
+            None | Some(Value::Null) if role == Role::Assistant => Some(String::new()),
+            _ => None,
+        }
+        .filter(|c| role == Role::Assistant || !c.trim().is_empty())
+        .ok_or_else(|| {
+            invalid(
+                "invalid_messages",
+                format!(
+                    "messages[{i}].content must be a non-empty string or text parts (an assistant's may be empty)"
+                ),
+            )
+        })?;
         out.push(Message::new(role, content));
     }
     let return_markdown = match obj.get("return_markdown") {
@@ -175,6 +189,20 @@ pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
         system_prompt,
         user,
     })
+}
+
+/// The text of OpenAI-style content parts (`[{"type": "text", "text": "..."}]`), joined; `None`
+/// when a part is not text.
+fn text_parts(parts: &[Value]) -> Option<String> {
+    parts
+        .iter()
+        .map(|p| {
+            (p.get("type").and_then(Value::as_str) == Some("text"))
+                .then(|| p.get("text").and_then(Value::as_str))
+                .flatten()
+        })
+        .collect::<Option<Vec<&str>>>()
+        .map(|texts| texts.concat())
 }
 
 fn number(
@@ -266,7 +294,27 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
             })?)
         }
     }
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(
+            match obj
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+            {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(invalid(
+                        "invalid_stream",
+                        "stream_options.include_usage must be a boolean",
+                    ))
+                }
+            },
+        ),
+        Some(_) => return Err(invalid("invalid_stream", "stream must be a boolean")),
+    };
     Ok(ParsedTurn {
+        stream,
         turn: ChatTurn {
             messages,
             system_prompt,
@@ -353,6 +401,17 @@ async fn complete(
     let return_markdown = parsed.turn.return_markdown;
     let mut turn = parsed.turn;
     let reservation = reserve_turn(&app, &caller, &mut turn)?;
+    if let Some(include_usage) = parsed.stream {
+        return crate::http::chat_stream::stream(
+            app,
+            caller,
+            turn,
+            parsed.user,
+            reservation,
+            include_usage,
+        )
+        .await;
+    }
     let outcome = app.chat.run(&caller.org, turn, None).await?;
     reservation
         .settle(

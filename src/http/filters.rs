@@ -10,12 +10,29 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::clock;
 
-/// Resolves `X-API-Key` to a [`Caller`] and counts the request against the key's RPM budget.
+/// The API key of a request: `X-API-Key`, or else `Authorization: Bearer <key>` (what the
+/// OpenAI SDKs send with `api_key=`).
+pub fn api_key() -> impl Filter<Extract = (Option<String>,), Error = Rejection> + Clone {
+    warp::header::optional::<String>("x-api-key")
+        .and(warp::header::optional::<String>("authorization"))
+        .map(|key: Option<String>, authorization: Option<String>| {
+            key.or_else(|| {
+                let authorization = authorization?;
+                let (scheme, token) = authorization.trim().split_once(' ')?;
+                scheme
+                    .eq_ignore_ascii_case("bearer")
+                    .then(|| token.trim().to_owned())
+            })
+        })
+}
+
+/// Resolves the request's API key ([`api_key`]) to a [`Caller`] and counts the request against
+/// the key's RPM budget.
 ///
 /// The store lookups run inline: sled serves them from memory in microseconds, well below the
 /// cost of moving to a blocking thread.
 pub fn caller(app: App) -> impl Filter<Extract = (Caller,), Error = Rejection> + Clone {
-    warp::header::optional::<String>("x-api-key").and_then(move |key: Option<String>| {
+    api_key().and_then(move |key: Option<String>| {
         let app = app.clone();
         async move {
             let caller = app.auth.authenticate(key.as_deref())?;

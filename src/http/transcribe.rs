@@ -4,11 +4,12 @@
 //!
 //! Form fields (`multipart/form-data`): `file` (required; WAV, FLAC, MP3, Ogg Vorbis, Ogg Opus),
 //! `language` (default `en`; must be listed by `GET /api/languages`), `extract_bant` and
-//! `extract_neat` (`true` or `false`, default `false`), `user` (optional end-user id recorded
-//! with the usage). Unknown fields are ignored.
+//! `extract_neat` (`true`/`false` in any case, or `1`/`0`; default `false`), `user` (optional
+//! end-user id recorded with the usage). Unknown fields are ignored.
 //!
 //! Order of refusal, cheapest first: key (401/404), RPM (429), exhausted audio quota (402),
-//! declared body over `[transcribe] max_upload_mb` (413, before the body is read), form errors
+//! declared body over `[transcribe] max_upload_mb` (413, before the body is read; a chunked
+//! body without a length is counted as it is read and refused at the same size), form errors
 //! (400), unsupported language (400), unsupported format (415), damaged or empty audio (400), a
 //! file longer than the quota that remains (402). Nothing is billed unless the whole request
 //! succeeds.
@@ -43,14 +44,37 @@ fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
 }
 
 fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
-    match value.trim() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        other => Err(bad(
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(bad(
             "invalid_flag",
-            format!("{name} must be true or false, not {other:?}"),
+            format!(
+                "{name} must be true or false (or 1 or 0), not {:?}",
+                value.trim()
+            ),
         )),
     }
+}
+
+fn too_large(limit: u64) -> ApiError {
+    ApiError::TooLarge {
+        code: "payload_too_large",
+        message: format!("the upload is larger than the {} MiB accepted", limit >> 20),
+    }
+}
+
+/// Refuses a body that declares more than `limit` bytes, before it is read. A body without a
+/// length (chunked) passes, and is counted as it is read.
+fn declared_within(limit: u64) -> impl Filter<Extract = (), Error = Rejection> + Clone {
+    warp::header::optional::<u64>("content-length")
+        .and_then(move |length: Option<u64>| async move {
+            match length {
+                Some(n) if n > limit => Err(warp::reject::custom(too_large(limit))),
+                _ => Ok(()),
+            }
+        })
+        .untuple_one()
 }
 
 /// Most parts a form may have.
@@ -61,7 +85,7 @@ const MAX_FIELD: usize = 1024;
 /// One part of the multipart body: name, file name, data.
 type Part = (String, Option<String>, Vec<u8>);
 
-async fn read_form(mut form: warp::multipart::FormData) -> Result<Form, ApiError> {
+async fn read_form(mut form: warp::multipart::FormData, max_bytes: u64) -> Result<Form, ApiError> {
     let malformed = |e: warp::Error| {
         bad(
             "invalid_form",
@@ -69,6 +93,8 @@ async fn read_form(mut form: warp::multipart::FormData) -> Result<Form, ApiError
         )
     };
     let mut parts: Vec<Part> = Vec::new();
+    // What was read in all: a body without a length is refused once past the limit.
+    let mut read = 0u64;
     // A form past the limits is read to its end (it is within the upload limit) but not kept,
     // so the client, still sending, gets the answer instead of a broken connection.
     let mut refused = None;
@@ -89,6 +115,10 @@ async fn read_form(mut form: warp::multipart::FormData) -> Result<Form, ApiError
         let mut data = Vec::new();
         let mut stream = part.stream();
         while let Some(mut buf) = stream.try_next().await.map_err(malformed)? {
+            read += buf.remaining() as u64;
+            if read > max_bytes {
+                return Err(too_large(max_bytes));
+            }
             if refused.is_some() {
                 continue;
             }
@@ -165,12 +195,12 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
             app.clone(),
             UsageKind::AudioMs,
         ))
-        .and(warp::body::content_length_limit(limit))
-        .and(warp::multipart::form().max_length(limit))
+        .and(declared_within(limit))
+        .and(warp::multipart::form().max_length(None))
         .and_then(move |caller: Caller, form: warp::multipart::FormData| {
             let app = app.clone();
             async move {
-                transcribe(app, caller, form)
+                transcribe(app, caller, form, limit)
                     .await
                     .map_err(warp::reject::custom)
             }
@@ -181,6 +211,7 @@ async fn transcribe(
     app: App,
     caller: Caller,
     form: warp::multipart::FormData,
+    limit: u64,
 ) -> Result<warp::reply::Response, ApiError> {
     let Form {
         file,
@@ -189,7 +220,7 @@ async fn transcribe(
         bant,
         neat,
         user,
-    } = read_form(form).await?;
+    } = read_form(form, limit).await?;
     let request = FileRequest {
         bytes: file,
         extension,
@@ -231,6 +262,23 @@ mod tests {
         assert_eq!(form.extension.as_deref(), Some("wav"));
         assert_eq!(form.language, "en");
         assert!(form.bant && !form.neat);
+        for (value, expected) in [
+            ("True", true),
+            ("FALSE", false),
+            ("1", true),
+            (" 0 ", false),
+        ] {
+            let form = form_of(vec![
+                part("file", b"x"),
+                part("extract_neat", value.as_bytes()),
+            ]);
+            assert_eq!(form.unwrap().neat, expected, "{value}");
+        }
+        let bad_flag = form_of(vec![
+            part("file", b"x"),
+            part("extract_neat", b"yes please"),
+        ]);
+        assert_eq!(bad_flag.unwrap_err().status().1, "invalid_flag");
         let missing = form_of(vec![part("language", b"en")]).unwrap_err();
         assert_eq!(missing.status().1, "missing_file");
         let not_text = form_of(vec![part("file", b"x"), part("language", &[0xff, 0xfe])]);

@@ -17,6 +17,17 @@ pub fn signed_headers(
     secret: &str,
     created: i64,
 ) -> Vec<(String, String)> {
+    signed_headers_at(&server.addr.to_string(), client_id, secret, created)
+}
+
+/// The AudioHook headers of an upgrade request signed over `authority` (the `host[:port]` the
+/// client believes it connects to).
+pub fn signed_headers_at(
+    authority: &str,
+    client_id: &str,
+    secret: &str,
+    created: i64,
+) -> Vec<(String, String)> {
     let mut headers = vec![
         (
             "audiohook-organization-id".to_owned(),
@@ -32,11 +43,10 @@ pub fn signed_headers(
         ),
         ("x-api-key".to_owned(), client_id.to_owned()),
     ];
-    let authority = server.addr.to_string();
     let parts = RequestParts {
         method: "GET",
         target: "/api/callstream/ws",
-        authority: &authority,
+        authority,
         headers: &headers,
     };
     let (input, signature) = sign_audiohook(&parts, client_id, secret, created).unwrap();
@@ -51,15 +61,27 @@ pub fn audiohook_request(
     client_id: &str,
     secret: &str,
 ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
-    let created = std::time::SystemTime::now()
+    let headers = signed_headers(server, client_id, secret, now());
+    request(server, &headers)
+}
+
+/// Unix seconds now.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs() as i64;
-    let headers = signed_headers(server, client_id, secret, created);
+        .as_secs() as i64
+}
+
+/// An upgrade request to the server's live-call route with `headers`.
+pub fn request(
+    server: &Server,
+    headers: &[(String, String)],
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
     let mut request = format!("ws://{}/api/callstream/ws", server.addr)
         .into_client_request()
         .unwrap();
-    for (k, v) in &headers {
+    for (k, v) in headers {
         request.headers_mut().insert(
             tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
             v.parse().unwrap(),
@@ -68,6 +90,7 @@ pub fn audiohook_request(
     request
 }
 
+/// The session id a request was signed with.
 pub fn session_id(request: &tokio_tungstenite::tungstenite::handshake::client::Request) -> String {
     request.headers()["audiohook-session-id"]
         .to_str()
@@ -75,6 +98,7 @@ pub fn session_id(request: &tokio_tungstenite::tungstenite::handshake::client::R
         .to_owned()
 }
 
+/// A client message of session `id` with the whole envelope Genesys sends.
 pub fn message(id: &str, seq: u64, kind: &str, parameters: Value) -> Message {
     Message::text(
         json!({"version": "2", "id": id, "type": kind, "seq": seq, "serverseq": 0,
@@ -83,6 +107,7 @@ pub fn message(id: &str, seq: u64, kind: &str, parameters: Value) -> Message {
     )
 }
 
+/// `open` parameters offering stereo PCMU; a connection probe when `probe`.
 pub fn open(probe: bool) -> Value {
     let nil = "00000000-0000-0000-0000-000000000000";
     let (conversation, participant) = if probe {
@@ -99,6 +124,7 @@ pub fn open(probe: bool) -> Value {
             "rate": 8000}], "language": "en-US"})
 }
 
+/// A value of `GET /metrics`.
 pub async fn metric(server: &Server, name: &str) -> f64 {
     let text = reqwest::get(server.url("/metrics"))
         .await

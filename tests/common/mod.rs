@@ -130,6 +130,23 @@ impl Env {
         (org_id, key_id, secret)
     }
 
+    /// Creates an organisation on `plan`; returns its id.
+    pub fn org_on_plan(&self, name: &str, plan: &str) -> String {
+        self.cli_json(&["org", "create", name, "--plan", plan])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Creates an AudioHook connector for `org_id`; returns (client id, client secret).
+    pub fn connector(&self, org_id: &str) -> (String, String) {
+        let c = self.cli_json(&["connector", "create", org_id]);
+        (
+            c["connector"]["client_id"].as_str().unwrap().to_owned(),
+            c["client_secret"].as_str().unwrap().to_owned(),
+        )
+    }
+
     /// Creates a key for `org_id`; returns (key id, secret).
     pub fn key(&self, org_id: &str) -> (String, String) {
         let key = self.cli_json(&["key", "create", org_id]);
@@ -276,6 +293,36 @@ pub async fn post(
         .expect("the server answers");
     let status = resp.status().as_u16();
     (status, resp.json().await.expect("every answer is JSON"))
+}
+
+/// Where `scripts/setup.sh --test` installs the Python client libraries the tests use.
+pub fn pydeps() -> String {
+    std::env::var("CALLSTREAM_PYDEPS").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/callstream/pydeps",
+            std::env::var("HOME").unwrap()
+        )
+    })
+}
+
+/// Runs `tests/support/<script>` with `args` under the test clients' Python path, asserts it
+/// succeeded and parses the JSON it printed.
+pub fn python_json(script: &str, args: &[&str]) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(script);
+    let out = Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .env("PYTHONPATH", pydeps())
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{script} failed (scripts/setup.sh --test installs its libraries): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the script prints JSON")
 }
 
 /// Opens the data directory's store (the server must be stopped) to read the ledger.

@@ -273,10 +273,12 @@ impl CallState {
         let cell = myself.get_cell();
         let mut transcribers = Vec::new();
         for (channel, name) in media.entry.channels.iter().enumerate() {
-            self.labels.push(if name == "internal" {
-                settings.internal_label.clone()
-            } else {
-                settings.external_label.clone()
+            // Genesys names its legs external (the customer) and internal (the agent); other
+            // clients' channel names are their own labels.
+            self.labels.push(match name.as_str() {
+                "external" => settings.external_label.clone(),
+                "internal" => settings.internal_label.clone(),
+                other => other.to_owned(),
             });
             let args = TranscriberArgs {
                 channel,

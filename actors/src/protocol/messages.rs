@@ -1,6 +1,11 @@
 //! AudioHook v2 messages as typed values. Every text frame is an envelope (`version`, `id`,
 //! `seq`, and `serverseq` + `position` from the client or `clientseq` from the server) around
 //! a message whose `type` names its `parameters`.
+//!
+//! The server reads client frames leniently ([`InboundEnvelope`]): it requires what it cannot
+//! act without (`version`, `id`, `seq`, `type`), defaults the rest (`serverseq` 0, `close`
+//! reason `end`, `open` identifiers empty), and leaves types it does not know (`dtmf`,
+//! `playback_started`, future ones) to the caller to log and ignore.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -59,24 +64,33 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
-/// An offered or negotiated media entry.
+/// An offered or negotiated media entry. Missing fields read as empty, so an entry the server
+/// cannot use is passed over rather than refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MediaEntry {
     /// `audio`.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default = "audio")]
     pub kind: String,
     /// `PCMU` or `L16`.
+    #[serde(default)]
     pub format: String,
-    /// Leg names in interleaving order (`external`, `internal`).
+    /// Leg names in interleaving order (`external`, `internal`, or any other names).
+    #[serde(default)]
     pub channels: Vec<String>,
     /// Sample rate.
+    #[serde(default)]
     pub rate: u32,
 }
 
+fn audio() -> String {
+    "audio".to_owned()
+}
+
 /// The calling party.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Participant {
     /// UUID.
+    #[serde(default)]
     pub id: String,
     /// Caller number.
     #[serde(default)]
@@ -94,12 +108,16 @@ pub struct Participant {
 #[serde(rename_all = "camelCase")]
 pub struct OpenParams {
     /// Genesys organisation UUID.
+    #[serde(default)]
     pub organization_id: String,
     /// Conversation UUID (nil for a connection probe).
+    #[serde(default)]
     pub conversation_id: String,
     /// The calling party.
+    #[serde(default)]
     pub participant: Participant,
     /// Offered media, in preference order.
+    #[serde(default)]
     pub media: Vec<MediaEntry>,
     /// Language tag of the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,8 +151,10 @@ pub struct UpdateParams {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GapParams {
     /// Where the gap starts on the client's timeline.
+    #[serde(default)]
     pub start: Duration,
     /// How long it is.
+    #[serde(default)]
     pub discarded: Duration,
 }
 
@@ -143,16 +163,23 @@ pub struct GapParams {
 #[serde(rename_all = "camelCase")]
 pub struct ErrorParams {
     /// HTTP-like code.
+    #[serde(default)]
     pub code: u16,
     /// Text.
+    #[serde(default)]
     pub message: String,
 }
 
 /// `close` parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CloseParams {
-    /// `end`, `error`, `disconnect` or `reconnect`.
+    /// `end`, `error`, `disconnect` or `reconnect`; `end` when not given.
+    #[serde(default = "end")]
     pub reason: String,
+}
+
+fn end() -> String {
+    "end".to_owned()
 }
 
 /// A message from the client.
@@ -179,7 +206,58 @@ pub enum ClientMessage {
     Analyze(Empty),
 }
 
-/// A client text frame.
+/// The message types a client may send that this server acts on.
+const CLIENT_TYPES: [&str; 9] = [
+    "open",
+    "ping",
+    "update",
+    "paused",
+    "resumed",
+    "discarded",
+    "error",
+    "close",
+    "analyze",
+];
+
+/// A client text frame as the server reads it: the fields the sequence checks need, the
+/// message type, and its parameters as JSON until the type is known to be one we act on.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InboundEnvelope {
+    /// `2`.
+    pub version: String,
+    /// Session UUID.
+    pub id: String,
+    /// The client's message number.
+    pub seq: u64,
+    /// The last server message the client saw (0 when not given).
+    #[serde(default)]
+    pub serverseq: u64,
+    /// The message type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its parameters (`{}` when not given).
+    #[serde(default)]
+    pub parameters: serde_json::Value,
+}
+
+impl InboundEnvelope {
+    /// The message; `Ok(None)` for a type this server does not act on (`dtmf`,
+    /// `playback_started`, ...); `Err` when a known type's parameters cannot be read.
+    pub fn message(&self) -> Result<Option<ClientMessage>, String> {
+        if !CLIENT_TYPES.contains(&self.kind.as_str()) {
+            return Ok(None);
+        }
+        let parameters = match &self.parameters {
+            serde_json::Value::Null => serde_json::json!({}),
+            p => p.clone(),
+        };
+        serde_json::from_value(serde_json::json!({"type": self.kind, "parameters": parameters}))
+            .map(Some)
+            .map_err(|e| format!("{} parameters not understood: {e}", self.kind))
+    }
+}
+
+/// A client text frame, as a client writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClientEnvelope {
     /// `2`.

@@ -8,7 +8,7 @@
 //! audio received plus audio the client reported as discarded or paused.
 
 use super::messages::{
-    ClientEnvelope, ClientMessage, DisconnectParams, Empty, MediaEntry, OpenParams, OpenedParams,
+    ClientMessage, DisconnectParams, Empty, InboundEnvelope, MediaEntry, OpenParams, OpenedParams,
     ServerEnvelope, ServerMessage, VERSION,
 };
 use crate::audio::frame::{samples_per_channel, Encoding};
@@ -240,7 +240,7 @@ impl Session {
                 text.len()
             ));
         }
-        let envelope: ClientEnvelope = match serde_json::from_str(text) {
+        let envelope: InboundEnvelope = match serde_json::from_str(text) {
             Ok(e) => e,
             Err(e) => return self.fail(format!("message not understood: {e}")),
         };
@@ -278,7 +278,14 @@ impl Session {
                 envelope.serverseq, self.server_seq
             ));
         }
-        self.on_message(envelope.message)
+        match envelope.message() {
+            Ok(Some(message)) => self.on_message(message),
+            Ok(None) => {
+                tracing::info!(session = ?self.id, kind = %envelope.kind, "message type not acted on; ignored");
+                Step::None
+            }
+            Err(e) => self.fail(e),
+        }
     }
 
     fn fail(&mut self, info: String) -> Step {
@@ -365,22 +372,21 @@ fn kind(message: &ClientMessage) -> &'static str {
     }
 }
 
-/// The first audio entry offering PCMU or L16 at 8000 Hz with one or two known channels.
+/// The first audio entry offering PCMU or L16 at 8000 Hz with one or two channels, whatever
+/// their names (the names label the channels).
 pub fn negotiate(offers: &[MediaEntry]) -> Option<Negotiated> {
     offers.iter().find_map(|m| {
-        let encoding = match m.format.as_str() {
+        let encoding = match m.format.to_ascii_uppercase().as_str() {
             "PCMU" => Encoding::Pcmu,
             "L16" => Encoding::L16,
             _ => return None,
         };
-        let channels_ok = (1..=2).contains(&m.channels.len())
-            && m.channels
-                .iter()
-                .all(|c| c == "external" || c == "internal")
-            && !(m.channels.len() == 2 && m.channels[0] == m.channels[1]);
-        (m.kind == "audio" && m.rate == RATE && channels_ok).then(|| Negotiated {
-            entry: m.clone(),
-            encoding,
+        let channels_ok = (1..=2).contains(&m.channels.len());
+        (m.kind.eq_ignore_ascii_case("audio") && m.rate == RATE && channels_ok).then(|| {
+            Negotiated {
+                entry: m.clone(),
+                encoding,
+            }
         })
     })
 }
@@ -444,6 +450,56 @@ mod tests {
         assert_eq!(reply["clientseq"], 1);
         assert_eq!(reply["parameters"]["media"], json!([offers[2]]));
         assert_eq!(s.state(), State::Active);
+    }
+
+    #[test]
+    fn a_minimal_open_is_accepted_and_any_channel_names_label_the_channels() {
+        // Only what the contract sends: no serverseq, position, organisation, conversation or
+        // participant; channel names that are neither external nor internal.
+        let mut s = Session::new(None);
+        let minimal = json!({"version":"2","id":ID,"seq":1,"type":"open","parameters":{
+            "language":"en-US",
+            "media":[{"type":"audio","format":"pcmu","channels":["caller","agent"],"rate":8000}]}});
+        let Step::Open(req) = s.on_text(&minimal.to_string()) else {
+            panic!("open expected")
+        };
+        assert!(!req.probe);
+        let media = req.media.unwrap();
+        assert_eq!(media.encoding, Encoding::Pcmu);
+        assert_eq!(media.entry.channels, ["caller", "agent"]);
+        s.opened(None);
+        // A close without a reason is a close: transcripts are flushed, then `closed`.
+        let close = json!({"version":"2","id":ID,"seq":2,"type":"close","parameters":{}});
+        assert_eq!(s.on_text(&close.to_string()), Step::Close);
+        assert_eq!(s.closed().message, ServerMessage::Closed(Empty {}));
+    }
+
+    #[test]
+    fn unknown_message_types_are_ignored_but_still_numbered() {
+        let mut s = opened();
+        for (seq, kind) in [
+            (2, "dtmf"),
+            (3, "playback_started"),
+            (4, "playback_completed"),
+        ] {
+            let params = json!({"digit": "5"});
+            assert_eq!(s.on_text(&text(seq, 1, kind, params)), Step::None, "{kind}");
+        }
+        assert!(matches!(
+            s.on_text(&text(5, 1, "ping", json!({}))),
+            Step::Reply(_)
+        ));
+        // Sequence checks still apply to them.
+        assert!(matches!(
+            s.on_text(&text(7, 1, "dtmf", json!({}))),
+            Step::Disconnect(_)
+        ));
+        // A known type whose parameters cannot be read is refused.
+        let mut s = opened();
+        assert!(matches!(
+            s.on_text(&text(2, 1, "update", json!({"language": 5}))),
+            Step::Disconnect(_)
+        ));
     }
 
     #[test]
