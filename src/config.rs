@@ -624,4 +624,37 @@ mod tests {
         let missing = Config::load_with_env(Some(Path::new("/nonexistent.toml")), env(&[]));
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
     }
+
+    #[test]
+    fn the_public_authority_comes_from_the_public_url_without_its_default_port() {
+        let authority = |vars: &[(&str, &str)]| {
+            Config::load_with_env(None, env(vars))
+                .unwrap()
+                .public_authority()
+        };
+        let url = "CALLSTREAM_SERVER__PUBLIC_URL";
+        assert_eq!(
+            authority(&[(url, "https://Calls.Example.com")]),
+            "calls.example.com"
+        );
+        assert_eq!(
+            authority(&[(url, "https://calls.example.com:443/")]),
+            "calls.example.com"
+        );
+        assert_eq!(
+            authority(&[(url, "http://calls.example.com:80")]),
+            "calls.example.com"
+        );
+        assert_eq!(
+            authority(&[(url, "https://calls.example.com:8443")]),
+            "calls.example.com:8443"
+        );
+        assert_eq!(
+            authority(&[
+                (url, "https://calls.example.com"),
+                ("CALLSTREAM_SERVER__PUBLIC_AUTHORITY", "edge.example.net"),
+            ]),
+            "edge.example.net"
+        );
+    }
 }
