@@ -247,39 +247,7 @@ async fn parallel_chats_never_pass_the_token_quota() {
 
 /// A WAV file of `secs` seconds of 8 kHz 16-bit mono silence.
 fn silent_wav(secs: u32) -> Vec<u8> {
-    let data = vec![0u8; (secs * 8000 * 2) as usize];
-    let mut h = Vec::new();
-    h.extend_from_slice(b"RIFF");
-    h.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
-    h.extend_from_slice(b"WAVEfmt ");
-    h.extend_from_slice(&16u32.to_le_bytes());
-    h.extend_from_slice(&1u16.to_le_bytes());
-    h.extend_from_slice(&1u16.to_le_bytes());
-    h.extend_from_slice(&8000u32.to_le_bytes());
-    h.extend_from_slice(&16000u32.to_le_bytes());
-    h.extend_from_slice(&2u16.to_le_bytes());
-    h.extend_from_slice(&16u16.to_le_bytes());
-    h.extend_from_slice(b"data");
-    h.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    h.extend_from_slice(&data);
-    h
-}
-
-async fn upload(url: String, key: String, bytes: Vec<u8>) -> (u16, Value) {
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(bytes).file_name("call.wav"),
-    );
-    let resp = reqwest::Client::new()
-        .post(url)
-        .header("X-API-Key", key)
-        .multipart(form)
-        .timeout(Duration::from_secs(300))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.expect("every answer is JSON"))
+    common::wav(1, 1, 8000, 16, &vec![0u8; (secs * 8000 * 2) as usize])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,9 +258,10 @@ async fn parallel_files_and_calls_never_pass_the_audio_quota() {
     // Six 20-second files at once against one minute: three fit, whatever the order.
     let (org, _, secret) = env.org_with_key("Files");
     let uploads = (0..6).map(|_| {
-        upload(
+        common::upload(
             server.url("/api/transcribe"),
-            secret.clone(),
+            &secret,
+            "call.wav",
             silent_wav(20),
         )
     });
@@ -372,18 +341,12 @@ async fn sigterm_with_an_open_live_page_exits_and_writes_every_call() {
     let env = Env::new(&[]);
     let server = env.serve();
     let (org, client_id, secret) = connector(&env, "team");
-    env.cli_json(&[
-        "user",
-        "create",
+    let client = common::dashboard::user_and_client(
+        &env,
         &org,
         "lead@example.com",
-        "--password",
         "a long and good password",
-    ]);
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    );
     let cookie = common::dashboard::session_cookie(
         &client,
         &server,

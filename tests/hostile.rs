@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use common::audiohook::{audiohook_request, message, metric, open, session_id};
 use common::dashboard::{sign_in, sign_in_form};
 use common::upstream::{FakeUpstream, Reply};
-use common::{Env, Server};
+use common::{wav, Env, Server};
 
 /// The most the server's peak resident memory may grow while it refuses or streams the hostile
 /// uploads. The largest upload is 90 MB; the old decoder held hours of audio as f32 (6.5 GB
@@ -30,26 +30,6 @@ const MEMORY_BOUND_MIB: f64 = 400.0;
 
 fn fixture(rel: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// A WAV file: format tag, channels, rate, bits per sample, and the data.
-fn wav(format_tag: u16, channels: u16, rate: u32, bits: u16, data: &[u8]) -> Vec<u8> {
-    let block = (channels.max(1) * bits / 8).max(1);
-    let mut h = Vec::new();
-    h.extend_from_slice(b"RIFF");
-    h.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
-    h.extend_from_slice(b"WAVEfmt ");
-    h.extend_from_slice(&16u32.to_le_bytes());
-    h.extend_from_slice(&format_tag.to_le_bytes());
-    h.extend_from_slice(&channels.to_le_bytes());
-    h.extend_from_slice(&rate.to_le_bytes());
-    h.extend_from_slice(&rate.wrapping_mul(u32::from(block)).to_le_bytes());
-    h.extend_from_slice(&block.to_le_bytes());
-    h.extend_from_slice(&bits.to_le_bytes());
-    h.extend_from_slice(b"data");
-    h.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    h.extend_from_slice(data);
-    h
 }
 
 /// The FLAC fixture, its STREAMINFO saying it holds `secs` seconds (at 44.1 kHz).
@@ -64,20 +44,7 @@ fn flac_declaring(secs: u64) -> Vec<u8> {
 }
 
 async fn upload(server: &Server, key: &str, name: &str, bytes: Vec<u8>) -> (u16, Value) {
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned()),
-    );
-    let resp = reqwest::Client::new()
-        .post(server.url("/api/transcribe"))
-        .header("X-API-Key", key)
-        .multipart(form)
-        .timeout(Duration::from_secs(300))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.expect("every answer is JSON"))
+    common::upload(server.url("/api/transcribe"), key, name, bytes).await
 }
 
 async fn healthy(server: &mut Server) {
@@ -371,7 +338,6 @@ async fn a_realtime_client_that_stops_reading_is_dropped_and_others_are_served()
     healthy(&mut server).await;
 }
 
-/// A signed AudioHook upgrade request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_calls_that_stall_probe_or_send_oversized_frames_end_and_are_billed() {
     let env = Env::new(&[
@@ -495,18 +461,12 @@ async fn sign_in_cannot_be_replayed_or_flooded() {
         .as_str()
         .unwrap()
         .to_owned();
-    env.cli_json(&[
-        "user",
-        "create",
+    let client = common::dashboard::user_and_client(
+        &env,
         &org,
         "admin@example.com",
-        "--password",
         "a long and good password",
-    ]);
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    );
     // A form token works once.
     let token = sign_in_form(&client, &server).await;
     let first = sign_in(&client, &server, &token, "admin@example.com", "wrong").await;

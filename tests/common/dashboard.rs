@@ -1,6 +1,16 @@
 //! Signing in to the dashboard from tests.
 
-use super::Server;
+use super::{Env, Server};
+
+/// A dashboard user of `org` with `password`, and an HTTP client that does not follow
+/// redirects (sign-in answers 303).
+pub fn user_and_client(env: &Env, org: &str, email: &str, password: &str) -> reqwest::Client {
+    env.cli_json(&["user", "create", org, email, "--password", password]);
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
 
 /// The sign-in form's single-use token and the pre-session cookie it is bound to.
 pub async fn sign_in_form(client: &reqwest::Client, server: &Server) -> (String, String) {

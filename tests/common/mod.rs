@@ -295,6 +295,50 @@ pub async fn post(
     (status, resp.json().await.expect("every answer is JSON"))
 }
 
+/// A WAV file: format tag, channels, rate, bits per sample, and the data.
+pub fn wav(format_tag: u16, channels: u16, rate: u32, bits: u16, data: &[u8]) -> Vec<u8> {
+    let block = (channels.max(1) * bits / 8).max(1);
+    let mut h = Vec::new();
+    h.extend_from_slice(b"RIFF");
+    h.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    h.extend_from_slice(b"WAVEfmt ");
+    h.extend_from_slice(&16u32.to_le_bytes());
+    h.extend_from_slice(&format_tag.to_le_bytes());
+    h.extend_from_slice(&channels.to_le_bytes());
+    h.extend_from_slice(&rate.to_le_bytes());
+    h.extend_from_slice(&rate.wrapping_mul(u32::from(block)).to_le_bytes());
+    h.extend_from_slice(&block.to_le_bytes());
+    h.extend_from_slice(&bits.to_le_bytes());
+    h.extend_from_slice(b"data");
+    h.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    h.extend_from_slice(data);
+    h
+}
+
+/// Uploads `bytes` as the file `name` to `url` (`POST /api/transcribe`) with the API key; returns
+/// the status and the JSON answer.
+pub async fn upload(
+    url: String,
+    key: &str,
+    name: &str,
+    bytes: Vec<u8>,
+) -> (u16, serde_json::Value) {
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned()),
+    );
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("X-API-Key", key)
+        .multipart(form)
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await
+        .expect("the server answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("every answer is JSON"))
+}
+
 /// Where `scripts/setup.sh --test` installs the Python client libraries the tests use.
 pub fn pydeps() -> String {
     std::env::var("CALLSTREAM_PYDEPS").unwrap_or_else(|_| {
