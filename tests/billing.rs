@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::Message;
 use callstream::store::Store;
 use callstream_actors::call::{QUOTA_INFO, REVOKED_INFO, STOPPING_INFO};
 use callstream_actors::usage::UsageSource;
-use common::audiohook::{audiohook_request, message, open, session_id};
+use common::audiohook::{audiohook_request, message, metric, open, session_id};
 use common::upstream::{FakeUpstream, Reply};
 use common::{open_store, Env};
 
@@ -392,5 +392,75 @@ async fn sigterm_with_an_open_live_page_exits_and_writes_every_call() {
     assert!(
         used <= streamed && used + 300 >= streamed,
         "{used} ms billed of {streamed} ms"
+    );
+}
+
+/// The data chunk of a WAV file.
+fn wav_data(bytes: &[u8]) -> &[u8] {
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"data")
+        .expect("a data chunk");
+    &bytes[at + 8..]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_whose_client_leaves_stops_its_speech_work_and_bills_nothing() {
+    // The intent analysis comes from a scripted provider: this test is about the speech work.
+    let fake = FakeUpstream::start().await;
+    fake.set_default(Reply::Text(vec!["{}"], (10, 2)));
+    let env = Env::with(fake.env());
+    let server = env.serve();
+    let (org, _, key) = env.org_with_key("Uploads");
+    let url = server.url("/api/transcribe");
+    let call = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/genesys-test-transcript-connector.wav"),
+    )
+    .unwrap();
+    let utterances = || metric(&server, "callstream_asr_utterances_total");
+
+    // The whole 70.8 s call, for the number of utterances it takes.
+    let before = utterances().await;
+    let (status, body) = common::upload(url.clone(), &key, "call.wav", call.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let per_call = utterances().await - before;
+    assert!(per_call >= 4.0, "{per_call}");
+    assert!((env.audio_used(&org) - 70.848).abs() < 1e-9);
+
+    // Six times the call (stereo mu-law, 7 minutes): the client leaves once work has begun.
+    let data = wav_data(&call).repeat(6);
+    let long = common::wav(7, 2, 8000, 8, &data);
+    let before = utterances().await;
+    let upload = tokio::spawn({
+        let (url, key) = (url.clone(), key.clone());
+        async move { common::upload(url, &key, "long.wav", long).await }
+    });
+    while utterances().await == before {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    upload.abort();
+    // The work stops: the count settles (queued utterances are skipped, not decoded).
+    let mut last = utterances().await;
+    let mut steady = 0;
+    while steady < 6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = utterances().await;
+        steady = if now == last { steady + 1 } else { 0 };
+        last = now;
+    }
+    let decoded = last - before;
+    println!(
+        "{decoded} utterances decoded of about {} in the whole upload",
+        6.0 * per_call
+    );
+    assert!(
+        decoded < 3.0 * per_call,
+        "{decoded} utterances decoded after the client left; the whole file is about {}",
+        6.0 * per_call
+    );
+    assert!(
+        (env.audio_used(&org) - 70.848).abs() < 1e-9,
+        "the abandoned upload bills nothing"
     );
 }
