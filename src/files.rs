@@ -31,7 +31,6 @@ use callstream_actors::usage::{Allowance, UsageError, UsageKind, UsageSource};
 use crate::auth::{AuthError, Authenticator, Caller};
 use crate::llm::profiles::{analyse, ProfileKind};
 use crate::llm::{LlmError, Provider};
-use crate::store::Store;
 
 /// One file to transcribe.
 #[derive(Debug)]
@@ -74,12 +73,11 @@ pub struct FileEngines {
     pub llm: Option<Arc<dyn Provider>>,
 }
 
-/// Who pays for a file: it is checked against their quota before the work and billed after.
+/// Who pays for a file: its length is reserved against their quota before the work and
+/// billed after (the reservation records the usage).
 pub struct Payer {
-    /// Quotas.
+    /// Quotas and reservations.
     pub auth: Arc<Authenticator>,
-    /// The ledger.
-    pub store: Arc<dyn Store>,
     /// The caller.
     pub caller: Caller,
     /// Opaque end-user id recorded with the usage.

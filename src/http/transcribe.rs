@@ -233,7 +233,6 @@ async fn transcribe(
     };
     let payer = Payer {
         auth: app.auth.clone(),
-        store: app.store.clone(),
         caller,
         end_user: user,
     };
