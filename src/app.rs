@@ -69,6 +69,7 @@ impl App {
             pool: self.asr.clone(),
             languages: self.languages.clone(),
             vad: self.config.vad.config(),
+            packing: self.config.transcribe.packing(),
             channel_roles: self.config.transcribe.channel_roles.clone(),
             max_duration_s: self.config.transcribe.max_duration_s,
             llm: Some(self.llm.clone()),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorRef};
 use tokio::sync::OnceCell;
 
+use callstream_actors::asr::Language;
 use callstream_actors::billing::{Billing, BillingArgs, BillingMsg};
 use callstream_actors::call::{
     CallMsg, CallSettings, DisconnectReason, IntentClassifier, LiveStats,
@@ -126,7 +127,7 @@ impl Calls {
     }
 
     /// The settings a call starts with.
-    pub fn settings(&self, languages: &[String]) -> CallSettings {
+    pub fn settings(&self, languages: &[Language]) -> CallSettings {
         let c = &self.config.calls;
         CallSettings {
             vad: self.config.vad.config(),

@@ -174,6 +174,8 @@ pub struct AsrConfig {
     pub workers: usize,
     /// Beam width.
     pub beam_size: usize,
+    /// Shortest encoder window, milliseconds (an utterance is padded to max(this, itself)).
+    pub min_window_ms: u64,
     /// Most utterances per engine call.
     pub max_batch: usize,
     /// Capacity of the live queue.
@@ -204,9 +206,21 @@ pub struct TranscribeConfig {
     pub max_duration_s: f64,
     /// Speaker role of each channel, in channel order.
     pub channel_roles: Vec<String>,
+    /// Longest encoder window a channel's utterances are packed into, ms; 0: no packing.
+    pub pack_window_ms: u64,
+    /// Silence between packed utterances, ms.
+    pub pack_gap_ms: u64,
 }
 
 impl TranscribeConfig {
+    /// How utterances are packed into encoder windows.
+    pub fn packing(&self) -> callstream_actors::asr::file::Packing {
+        callstream_actors::asr::file::Packing {
+            window_secs: self.pack_window_ms as f64 / 1000.0,
+            gap_secs: self.pack_gap_ms as f64 / 1000.0,
+        }
+    }
+
     /// Largest upload in bytes.
     pub fn max_upload_bytes(&self) -> u64 {
         self.max_upload_mb.saturating_mul(1 << 20)
@@ -381,6 +395,17 @@ impl Config {
         if self.llm.context_tokens < 512 || self.llm.threads == 0 {
             return Err(invalid(
                 "llm.context_tokens must be at least 512 and llm.threads at least 1".into(),
+            ));
+        }
+        if self.transcribe.pack_window_ms > 30_000 || self.transcribe.pack_gap_ms > 5_000 {
+            return Err(invalid(
+                "transcribe.pack_window_ms must be at most 30000 and pack_gap_ms at most 5000"
+                    .into(),
+            ));
+        }
+        if !(1_000..=30_000).contains(&self.asr.min_window_ms) {
+            return Err(invalid(
+                "asr.min_window_ms must be between 1000 and 30000".into(),
             ));
         }
         if self.asr.workers == 0 || self.asr.beam_size == 0 || self.asr.max_batch == 0 {

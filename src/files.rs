@@ -20,7 +20,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use callstream_actors::asr::file::{transcribe_file, FileSegment, TranscribeError};
+use callstream_actors::asr::file::{transcribe_file, FileSegment, Packing, TranscribeError};
 use callstream_actors::asr::pool::AsrPool;
 use callstream_actors::asr::{AsrError, Language, Word};
 use callstream_actors::audio::decode::{DecodeError, DecodeLimits, FileDecoder};
@@ -65,6 +65,8 @@ pub struct FileEngines {
     pub languages: Arc<Vec<Language>>,
     /// Utterance segmentation.
     pub vad: VadConfig,
+    /// How utterances are packed into encoder windows.
+    pub packing: Packing,
     /// Speaker role of each channel of a multi-channel file, in channel order.
     pub channel_roles: Vec<String>,
     /// Longest recording accepted, seconds.
@@ -137,7 +139,7 @@ pub struct FileTranscript {
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// The language is not one the speech model accepts.
-    #[error("language {given:?} is not supported; GET /api/languages lists {known}")]
+    #[error("language {given:?} is not supported; GET /api/languages lists {known} (or a tag of one of them, such as en-US)")]
     Language {
         /// What was asked for.
         given: String,
@@ -242,13 +244,17 @@ pub async fn transcribe(
         language,
         analyses,
     } = request;
-    if !engines.languages.iter().any(|l| l.code == language) {
+    // A model code (`es`) or a BCP-47 tag (`es-MX`); the response shows it as sent.
+    let Some(model_language) =
+        callstream_actors::asr::languages::resolve(&engines.languages, &language)
+            .map(|l| l.code.clone())
+    else {
         let known: Vec<&str> = engines.languages.iter().map(|l| l.code.as_str()).collect();
         return Err(FileError::Language {
             given: language,
             known: known.join(", "),
         });
-    }
+    };
     let needs_model = analyses != Analyses::default();
     if needs_model && engines.llm.is_none() {
         return Err(FileError::NoModel);
@@ -311,11 +317,16 @@ pub async fn transcribe(
     if let Some(ms) = reserved_ms {
         decoder.limit_secs(ms as f64 / 1000.0);
     }
-    let (pool, vad, lang) = (engines.pool.clone(), engines.vad, language.clone());
+    let (pool, vad, packing, lang) = (
+        engines.pool.clone(),
+        engines.vad,
+        engines.packing,
+        model_language,
+    );
     let mut progress = progress.unwrap_or_else(|| Box::new(|_, _| {}));
     let flag = cancel.0.clone();
     let done = tokio::task::spawn_blocking(move || {
-        transcribe_file(&pool, decoder, &lang, vad, &mut *progress, &flag)
+        transcribe_file(&pool, decoder, &lang, vad, packing, &mut *progress, &flag)
     })
     .await
     .map_err(|e| FileError::Internal(e.to_string()))?;

@@ -12,6 +12,7 @@ pub fn start_pool(config: &Config, pool: Option<PoolConfig>) -> Result<AsrPool, 
     let settings = WhisperSettings {
         beam_size: config.asr.beam_size,
         threads: 1,
+        min_window_secs: config.asr.min_window_ms as f64 / 1000.0,
     };
     AsrPool::start(pool.unwrap_or_else(|| config.asr.pool()), move |_| {
         Ok(Box::new(WhisperEngine::load(&dir, settings)?) as Box<dyn AsrEngine>)

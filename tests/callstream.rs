@@ -798,3 +798,111 @@ async fn a_silent_client_is_timed_out() {
     let used = env.audio_used(&org);
     assert!((used - 0.2).abs() < 1e-9, "{used}");
 }
+
+/// The PCMU samples of a mono mu-law fixture (its data chunk).
+fn mono_pcmu(rel: &str) -> Vec<u8> {
+    let bytes = std::fs::read(fixture(rel)).unwrap();
+    let data = bytes.windows(4).position(|w| w == b"data").unwrap();
+    let len = u32::from_le_bytes(bytes[data + 4..data + 8].try_into().unwrap()) as usize;
+    bytes[data + 8..data + 8 + len].to_vec()
+}
+
+/// Streams `speech` on the external channel (the internal one silent) in 200 ms frames and
+/// waits for final transcripts until one holds `marker`; returns their text and the last
+/// one's language tags.
+async fn say(ws: &mut Socket, c: &mut Client, speech: &[u8], marker: &str) -> (String, Value) {
+    const SILENCE: u8 = 0xFF;
+    for chunk in speech.chunks(1600) {
+        let frame: Vec<u8> = chunk.iter().flat_map(|&s| [s, SILENCE]).collect();
+        ws.send(Message::binary(frame)).await.unwrap();
+    }
+    // A second of silence ends the utterance.
+    ws.send(Message::binary(vec![SILENCE; 16_000]))
+        .await
+        .unwrap();
+    let mut texts = Vec::new();
+    loop {
+        let m = c.recv(ws).await;
+        if m["type"] != "event" {
+            continue;
+        }
+        let alt = &m["parameters"]["entities"][0]["data"]["alternatives"][0];
+        texts.push(
+            alt["interpretations"][0]["transcript"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        // The sentence may come as more than one utterance.
+        let text = texts.join(" ");
+        if text.to_lowercase().contains(marker) {
+            return (text, alt["languages"].clone());
+        }
+        assert!(texts.len() < 6, "no end of the sentence in {texts:?}");
+    }
+}
+
+// The scripted provider needs a worker of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn languages_are_offered_as_bcp_47_tags_and_followed_mid_call() {
+    let (_fake, env, server) = setup(&[]).await;
+    let (_, client_id, secret) = connector(&env, None);
+    let headers = signed(&server, &client_id, &secret, now());
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    let mut open = open_params(stereo_pcmu());
+    open["language"] = json!("es-ES");
+    open["supportedLanguages"] = json!(true);
+    c.send(&mut ws, "open", open).await;
+    let opened = c.recv(&mut ws).await;
+    assert_eq!(opened["type"], "opened");
+    let tags: Vec<String> =
+        serde_json::from_value(opened["parameters"]["supportedLanguages"].clone()).unwrap();
+    // Genesys checks each tag against ^[a-z]{2,3}-[A-Za-z]{2,3}$.
+    for tag in &tags {
+        let (lang, region) = tag.split_once('-').unwrap();
+        assert!(
+            (2..=3).contains(&lang.len())
+                && lang.bytes().all(|b| b.is_ascii_lowercase())
+                && (2..=3).contains(&region.len())
+                && region.bytes().all(|b| b.is_ascii_alphabetic()),
+            "{tag}"
+        );
+    }
+    for tag in [
+        "en-US", "en-GB", "es-ES", "es-MX", "de-DE", "fr-FR", "fr-CA", "pt-BR",
+    ] {
+        assert!(tags.iter().any(|t| t == tag), "{tag} in {tags:?}");
+    }
+
+    let (spanish, languages) = say(
+        &mut ws,
+        &mut c,
+        &mono_pcmu("fixtures/speech-cases/es.wav"),
+        "quiero",
+    )
+    .await;
+    assert_eq!(languages, json!(["es-ES"]));
+    assert!(spanish.to_lowercase().contains("gracias"), "{spanish}");
+
+    // The agent switches the call to German.
+    c.send(&mut ws, "update", json!({"language": "de-DE"}))
+        .await;
+    assert_eq!(c.recv(&mut ws).await["type"], "updated");
+    let (german, languages) = say(
+        &mut ws,
+        &mut c,
+        &mono_pcmu("fixtures/speech-cases/de.wav"),
+        "bestellung",
+    )
+    .await;
+    assert_eq!(languages, json!(["de-DE"]));
+    assert!(german.to_lowercase().contains("möchte"), "{german}");
+
+    c.send(&mut ws, "close", json!({"reason": "end"})).await;
+    loop {
+        if c.recv(&mut ws).await["type"] == "closed" {
+            break;
+        }
+    }
+}

@@ -94,10 +94,17 @@ async fn public_routes_and_unknown_paths() {
 
     let (status, _, body) = get(&client, &server.url("/api/languages"), None).await;
     assert_eq!(status, 200);
+    // The multilingual model's 99 languages, each with its BCP-47 tags.
+    let languages = body["languages"].as_array().unwrap();
+    assert_eq!(languages.len(), 99);
     assert_eq!(
-        body,
-        serde_json::json!({"languages": [{"code": "en", "name": "English"}]})
+        languages[0],
+        serde_json::json!({"code": "en", "name": "English", "tags": ["en-US", "en-GB", "en-AU",
+            "en-CA", "en-IN", "en-IE", "en-NZ", "en-ZA", "en-PH", "en-SG"]})
     );
+    let es = languages.iter().find(|l| l["code"] == "es").unwrap();
+    assert_eq!(es["name"], "Spanish");
+    assert_eq!(es["tags"][0], "es-ES");
 
     let (status, _, body) = get(&client, &server.url("/healthz"), None).await;
     assert_eq!((status, body), (200, serde_json::json!({"status": "ok"})));

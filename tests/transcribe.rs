@@ -104,6 +104,41 @@ async fn every_format_transcribes_and_bills_its_duration() {
     );
 }
 
+/// A language is named by its code or by a BCP-47 tag; the response shows it as sent, and the
+/// speech comes back in that language.
+#[tokio::test]
+async fn languages_by_code_or_tag() {
+    let fake = FakeUpstream::start().await;
+    fake.set_default(Reply::Text(vec![INTENT], (40, 20)));
+    let env = Env::with(fake.env());
+    let server = env.serve();
+    let (_, _, secret) = env.org_with_key("Acme");
+    for (file, language, word) in [
+        ("speech-cases/es.wav", "es-MX", "gracias"),
+        ("speech-cases/de.wav", "de", "bestellung"),
+        ("speech-cases/fr.wav", "fr-FR", "facture"),
+    ] {
+        let (status, body) = upload(
+            &server,
+            Some(&secret),
+            form(&fixture(file), &[("language", language)]),
+        )
+        .await;
+        assert_eq!(status, 200, "{file}: {body}");
+        assert_eq!(body["language"], language);
+        let text = body["text"].as_str().unwrap().to_lowercase();
+        assert!(text.contains(word), "{file} in {language}: {text}");
+    }
+    let (status, body) = upload(
+        &server,
+        Some(&secret),
+        form(&fixture("speech-cases/es.wav"), &[("language", "xx-YY")]),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_language");
+}
+
 #[tokio::test]
 async fn stereo_call_with_bant_and_neat_p_on_the_embedded_model() {
     let env = Env::new(&[]);

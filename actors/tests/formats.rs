@@ -27,7 +27,7 @@ fn rms(x: &[f32]) -> f32 {
 
 #[test]
 fn every_format_decodes_to_the_same_sentence() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/whisper-tiny.en");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/whisper-base");
     let mut engine = WhisperEngine::load(&model, WhisperSettings::default())
         .expect("run scripts/setup.sh --test");
     let files = [

@@ -7,13 +7,17 @@ use std::time::Instant;
 use anyhow::Context;
 use callstream::config::Config;
 use callstream_actors::asr::pool::{Job, PoolConfig};
+use callstream_actors::asr::wer::{wer, WerCount};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 
 /// Benchmarks.
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
-    /// Speech-recognition throughput on a fixture set: utterances per second and real-time
-    /// factor for each worker count and batch size.
+    /// Speech recognition on a fixture set: utterances per second, real-time factor and CPU
+    /// time for each worker count and batch size, and the word error rate when the set has a
+    /// `manifest.tsv` (`file<TAB>reference`). The model, beam and window are the configured
+    /// ones (`CALLSTREAM_MODELS__WHISPER`, `CALLSTREAM_ASR__BEAM_SIZE`,
+    /// `CALLSTREAM_ASR__MIN_WINDOW_MS` override them).
     Asr {
         /// Directory with the utterances (every .wav in it).
         #[arg(long, default_value = "fixtures/telephone/speech")]
@@ -24,6 +28,23 @@ pub enum BenchCommand {
         /// Batch sizes to try, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,4")]
         batch: Vec<usize>,
+    },
+    /// File transcription: CPU and wall time of a long recording with packed encoder windows
+    /// and with one window per utterance, and (with --faster-whisper) of faster-whisper on the
+    /// same model, beam and language, one thread, channel after channel, in the same run.
+    Files {
+        /// The recording.
+        #[arg(long, default_value = "fixtures/genesys-test-transcript-connector.wav")]
+        audio: PathBuf,
+        /// Times the recording is played back to back (9 gives a 10.6-minute call).
+        #[arg(long, default_value_t = 9)]
+        repeat: usize,
+        /// Language code.
+        #[arg(long, default_value = "en")]
+        language: String,
+        /// Also run faster-whisper (installed by scripts/setup.sh --bench).
+        #[arg(long)]
+        faster_whisper: bool,
     },
     /// Added latency and throughput of REST chat on the upstream path, against a local
     /// provider stand-in that answers at once.
@@ -69,6 +90,12 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             concurrency,
         } => gateway(config, requests, concurrency),
         BenchCommand::Llm { runs } => llm(config, runs),
+        BenchCommand::Files {
+            audio,
+            repeat,
+            language,
+            faster_whisper,
+        } => files(config, &audio, repeat, &language, faster_whisper),
         BenchCommand::Calls {
             concurrency,
             audio,
@@ -84,23 +111,37 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
         .filter(|p| p.extension().is_some_and(|e| e == "wav"))
         .collect();
     files.sort();
+    let references: std::collections::HashMap<String, String> =
+        match std::fs::read_to_string(dir.join("manifest.tsv")) {
+            Ok(text) => text
+                .lines()
+                .filter_map(|l| l.split_once('\t'))
+                .map(|(f, r)| (f.to_owned(), r.to_owned()))
+                .collect(),
+            Err(_) => Default::default(),
+        };
     let mut utterances = Vec::new();
+    let mut expected = Vec::new();
     for f in &files {
         let audio = decode(std::fs::read(f)?, Some("wav"), OUTPUT_RATE)
             .with_context(|| f.display().to_string())?;
         utterances.extend(audio.channels.into_iter().take(1));
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        expected.push(name.and_then(|n| references.get(&n).cloned()));
     }
     let audio_secs: f64 = utterances
         .iter()
         .map(|u| u.len() as f64 / OUTPUT_RATE as f64)
         .sum();
     println!(
-        "{} utterances, {:.1} s of audio, beam {}, one CPU thread per worker",
+        "{} utterances, {:.1} s of audio, model {}, beam {}, window >= {} ms, one CPU thread per worker",
         utterances.len(),
         audio_secs,
-        config.asr.beam_size
+        config.models.whisper.display(),
+        config.asr.beam_size,
+        config.asr.min_window_ms,
     );
-    println!("workers  batch  wall s  utterances/s  RTF (wall/audio)  batches");
+    println!("workers  batch  wall s  CPU s  utterances/s  RTF (wall/audio)  batches  WER");
     for &w in workers {
         for &b in batches {
             let pool = callstream::speech::start_pool(
@@ -113,31 +154,201 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
                 }),
             )?;
             let (tx, rx) = mpsc::channel();
+            let cpu = cpu_seconds();
             let started = Instant::now();
-            for u in &utterances {
+            for (i, u) in utterances.iter().enumerate() {
                 let tx = tx.clone();
                 pool.submit_file(Job {
                     audio: u.clone(),
                     language: "en".into(),
                     reply: Box::new(move |r| {
-                        let _ = tx.send(r);
+                        let _ = tx.send((i, r));
                     }),
                     cancel: None,
                 })?;
             }
             drop(tx);
             let mut failed = 0;
-            for r in rx.iter() {
-                failed += usize::from(r.is_err());
+            let mut errors = WerCount::default();
+            for (i, r) in rx.iter() {
+                match (r, &expected[i]) {
+                    (Ok(t), Some(reference)) => errors = errors + wer(reference, &t.text),
+                    (Ok(_), None) => {}
+                    (Err(_), _) => failed += 1,
+                }
             }
             let wall = started.elapsed().as_secs_f64();
+            let cpu = cpu_seconds() - cpu;
             anyhow::ensure!(failed == 0, "{failed} utterances failed");
             let snap = pool.snapshot();
+            let wer = if errors.reference_words > 0 {
+                format!(
+                    "{:.1}% of {} words",
+                    100.0 * errors.rate(),
+                    errors.reference_words
+                )
+            } else {
+                "-".to_owned()
+            };
             println!(
-                "{w:>7}  {b:>5}  {wall:>6.1}  {:>12.2}  {:>16.3}  {:>7}",
+                "{w:>7}  {b:>5}  {wall:>6.1}  {cpu:>5.1}  {:>12.2}  {:>16.3}  {:>7}  {wer}",
                 utterances.len() as f64 / wall,
                 wall / audio_secs,
                 snap.batches
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Words of a transcript, lower case, without punctuation.
+fn word_list<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
+    texts
+        .flat_map(str::split_whitespace)
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Writes 16 kHz channels as a 16-bit PCM WAV.
+fn write_wav(path: &std::path::Path, channels: &[Vec<f32>]) -> anyhow::Result<()> {
+    let frames = channels.first().map_or(0, Vec::len);
+    let n = channels.len() as u16;
+    let data_len = (frames * channels.len() * 2) as u32;
+    let mut out = Vec::with_capacity(44 + data_len as usize);
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data_len).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&(OUTPUT_RATE as u32).to_le_bytes());
+    out.extend_from_slice(&(OUTPUT_RATE as u32 * 2 * u32::from(n)).to_le_bytes());
+    out.extend_from_slice(&(2 * n).to_le_bytes());
+    out.extend_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data_len.to_le_bytes());
+    for i in 0..frames {
+        for c in channels {
+            let v = (c[i] * 32768.0).clamp(-32768.0, 32767.0) as i16;
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(path, out)?;
+    Ok(())
+}
+
+/// `bench files`: a long recording through the file path, packed and unpacked, and
+/// optionally through faster-whisper.
+fn files(
+    config: &Config,
+    audio: &PathBuf,
+    repeat: usize,
+    language: &str,
+    faster_whisper: bool,
+) -> anyhow::Result<()> {
+    use callstream_actors::asr::file::{transcribe_channels, Packing};
+    let ext = audio.extension().map(|e| e.to_string_lossy().into_owned());
+    let decoded = decode(std::fs::read(audio)?, ext.as_deref(), OUTPUT_RATE)
+        .with_context(|| audio.display().to_string())?;
+    let channels: Vec<Vec<f32>> = decoded
+        .channels
+        .iter()
+        .map(|c| c.repeat(repeat.max(1)))
+        .collect();
+    let secs = channels
+        .first()
+        .map_or(0.0, |c| c.len() as f64 / OUTPUT_RATE as f64);
+    println!(
+        "{:.1} min, {} channels; model {}, beam {}, window >= {} ms; {} workers of one thread",
+        secs / 60.0,
+        channels.len(),
+        config.models.whisper.display(),
+        config.asr.beam_size,
+        config.asr.min_window_ms,
+        config.asr.workers
+    );
+    println!("engine                                     wall s  CPU s  windows  words");
+    let pool = callstream::speech::start_pool(config, None)?;
+    let mut ours = Vec::new();
+    for (name, packing) in [
+        ("callstream, packed windows", config.transcribe.packing()),
+        ("callstream, one window per utterance", Packing::OFF),
+    ] {
+        let before = pool.snapshot().batches;
+        let (cpu, started) = (cpu_seconds(), Instant::now());
+        let segments = transcribe_channels(
+            &pool,
+            &channels,
+            language,
+            config.vad.config(),
+            packing,
+            &mut |_, _| {},
+        )?;
+        let (wall, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+        // Channel after channel, as faster-whisper's words come.
+        let mut segments = segments;
+        segments.sort_by(|a, b| a.channel.cmp(&b.channel).then(a.start.total_cmp(&b.start)));
+        let words = word_list(segments.iter().map(|s| s.text.as_str()));
+        println!(
+            "{name:<41}  {wall:>6.1}  {cpu:>5.1}  {:>7}  {:>5}",
+            pool.snapshot().batches - before,
+            words.len()
+        );
+        ours.push((name, words));
+    }
+    if faster_whisper {
+        let dir = std::env::temp_dir().join(format!("callstream-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let wav = dir.join("call.wav");
+        write_wav(&wav, &channels)?;
+        let pythonpath = std::env::var("CALLSTREAM_BENCH_PYTHONPATH").unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/callstream/fw",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        });
+        let output = std::process::Command::new("python3")
+            .arg("scripts/bench/faster_whisper.py")
+            .arg(&config.models.whisper)
+            .arg(&wav)
+            .arg(config.asr.beam_size.to_string())
+            .arg(language)
+            .env("PYTHONPATH", pythonpath)
+            .output()
+            .context("cannot run python3")?;
+        let _ = std::fs::remove_dir_all(&dir);
+        anyhow::ensure!(
+            output.status.success(),
+            "faster-whisper failed (scripts/setup.sh --bench installs it): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        let fw_words: Vec<String> = word_list(
+            report["channels"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c.as_array().into_iter().flatten())
+                .filter_map(|w| w.as_str()),
+        );
+        println!(
+            "{:<41}  {:>6.1}  {:>5.1}  {:>7}  {:>5}",
+            "faster-whisper, 1 thread, its VAD",
+            report["wall_s"].as_f64().unwrap_or(f64::NAN),
+            report["cpu_s"].as_f64().unwrap_or(f64::NAN),
+            "-",
+            fw_words.len()
+        );
+        let reference = fw_words.join(" ");
+        for (name, words) in &ours {
+            let count = wer(&reference, &words.join(" "));
+            println!(
+                "{name}: {:.1}% word difference from faster-whisper's transcript",
+                100.0 * count.rate()
             );
         }
     }

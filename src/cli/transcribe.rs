@@ -70,17 +70,16 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
         pool: Arc::new(callstream::speech::start_pool(config, None)?),
         languages: Arc::new(model_languages(&config.models.whisper)?),
         vad: config.vad.config(),
+        packing: config.transcribe.packing(),
         channel_roles: config.transcribe.channel_roles.clone(),
         max_duration_s: config.transcribe.max_duration_s,
         llm,
     };
     let workers = engines.pool.workers();
     let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:30}] {pos}/{len} utterances, {elapsed}",
-        )
-        .expect("the template is valid")
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} windows, {elapsed}")
+            .expect("the template is valid")
+            .progress_chars("=> "),
     );
     bar.set_message("transcribing");
     let progress = {

@@ -150,7 +150,6 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
     };
     let call_id = crate::store::new_id("call", 12);
     let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(settings.outbound_messages);
-    let languages: Vec<String> = app.languages.iter().map(|l| l.code.clone()).collect();
     let args = CallArgs {
         call_id: call_id.clone(),
         session_header,
@@ -159,7 +158,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         pool: app.asr.clone(),
         billing: billing_actor.clone(),
         classifier: app.calls.classifier.clone(),
-        settings: app.calls.settings(&languages),
+        settings: app.calls.settings(&app.languages),
         stats: app.calls.stats.clone(),
         observer: Some(app.calls.live.clone()),
     };

@@ -1,6 +1,7 @@
-//! `GET /api/languages`: the language codes the loaded speech model accepts, no authentication.
+//! `GET /api/languages`: the languages the loaded speech model accepts, no authentication.
 //!
-//! Response: `{"languages": [{"code": "en", "name": "English"}]}`.
+//! Response: `{"languages": [{"code": "en", "name": "English", "tags": ["en-US", "en-GB", ...]}]}`.
+//! A request may name a language by its code or by any of its tags.
 
 use serde::Serialize;
 use warp::{Filter, Rejection, Reply};

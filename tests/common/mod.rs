@@ -17,9 +17,9 @@ use std::time::Duration;
 
 /// The Whisper model installed by `scripts/setup.sh --test`.
 pub fn whisper_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/whisper-tiny.en");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/whisper-base");
     assert!(
-        dir.join("vocabulary.txt").exists(),
+        dir.join("model.bin").exists(),
         "{} is missing: run scripts/setup.sh --test",
         dir.display()
     );

@@ -5,8 +5,16 @@
 //! timed segments in time order.
 //!
 //! Memory is bounded whatever the file's length: per channel, the last
-//! `max_utterance + pre-roll + trailing silence` (plus a second) of 16 kHz audio, and the
-//! pool's bounded file queue, which makes reading wait while the workers are busy.
+//! `max_utterance + pre-roll + trailing silence` (plus a second) of 16 kHz audio, one window
+//! being packed, and the pool's bounded file queue, which makes reading wait while the
+//! workers are busy.
+//!
+//! **Packed windows.** Whisper's encoder costs the same for a 2 s utterance padded to its
+//! window as for a window full of speech, so a channel's utterances are packed, in order,
+//! into windows of up to [`Packing::window_secs`] with [`Packing::gap_secs`] of silence
+//! between them, and each window is decoded once. Its words (timed by the alignment) are
+//! handed back to the utterances they fall in and moved to the recording's time line, so each
+//! utterance is still one segment.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -35,6 +43,50 @@ pub struct FileSegment {
     pub confidence: f32,
     /// Words with times from the start of the recording.
     pub words: Vec<Word>,
+}
+
+/// How a file's utterances are packed into encoder windows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Packing {
+    /// Longest window, seconds (at most 30, Whisper's); 0 decodes each utterance alone.
+    pub window_secs: f64,
+    /// Silence between two utterances in a window, seconds.
+    pub gap_secs: f64,
+}
+
+impl Default for Packing {
+    fn default() -> Self {
+        Self {
+            window_secs: 30.0,
+            gap_secs: 0.3,
+        }
+    }
+}
+
+impl Packing {
+    /// Each utterance decoded alone, in its own window.
+    pub const OFF: Packing = Packing {
+        window_secs: 0.0,
+        gap_secs: 0.0,
+    };
+}
+
+/// One utterance inside a decoded window.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    /// Where it starts in the window, samples.
+    at: usize,
+    /// Where it starts in the recording, samples.
+    start: usize,
+    /// Its length, samples.
+    len: usize,
+}
+
+/// A channel's window being filled.
+#[derive(Debug, Default)]
+struct Pack {
+    audio: Vec<f32>,
+    pieces: Vec<Piece>,
 }
 
 /// A transcribed recording.
@@ -172,8 +224,11 @@ struct Collector<'a> {
     language: &'a str,
     tx: mpsc::Sender<(usize, Result<super::Transcript, AsrError>)>,
     rx: mpsc::Receiver<(usize, Result<super::Transcript, AsrError>)>,
-    spans: Vec<(usize, usize, usize)>,
-    segments: Vec<Option<FileSegment>>,
+    /// Each submitted window: its channel and its utterances.
+    spans: Vec<(usize, Vec<Piece>)>,
+    segments: Vec<FileSegment>,
+    packing: Packing,
+    packs: Vec<Pack>,
     done: usize,
     first_error: Option<AsrError>,
     progress: Progress<'a>,
@@ -181,7 +236,7 @@ struct Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
-    fn new(pool: &'a AsrPool, language: &'a str, progress: Progress<'a>) -> Self {
+    fn new(pool: &'a AsrPool, language: &'a str, packing: Packing, progress: Progress<'a>) -> Self {
         let (tx, rx) = mpsc::channel();
         Self {
             pool,
@@ -190,6 +245,8 @@ impl<'a> Collector<'a> {
             rx,
             spans: Vec::new(),
             segments: Vec::new(),
+            packing,
+            packs: Vec::new(),
             done: 0,
             first_error: None,
             progress,
@@ -198,21 +255,67 @@ impl<'a> Collector<'a> {
     }
 
     /// Queues an utterance (waits while the pool's file queue is full).
-    fn submit(&mut self, channel: usize, start: usize, audio: Vec<f32>) -> Result<(), AsrError> {
+    /// Adds an utterance of `channel` starting at sample `start`; a window that would grow
+    /// past the packing limit is sent first.
+    fn add(&mut self, channel: usize, start: usize, audio: Vec<f32>) -> Result<(), AsrError> {
+        let window = (self.packing.window_secs.clamp(0.0, 30.0) * RATE as f64) as usize;
+        let gap = (self.packing.gap_secs.max(0.0) * RATE as f64) as usize;
+        if self.packs.len() <= channel {
+            self.packs.resize_with(channel + 1, Pack::default);
+        }
+        let pending = &self.packs[channel];
+        if !pending.pieces.is_empty() && pending.audio.len() + gap + audio.len() > window {
+            self.flush(channel)?;
+        }
+        let pack = &mut self.packs[channel];
+        if !pack.pieces.is_empty() {
+            pack.audio.resize(pack.audio.len() + gap, 0.0);
+        }
+        pack.pieces.push(Piece {
+            at: pack.audio.len(),
+            start,
+            len: audio.len(),
+        });
+        if pack.audio.is_empty() {
+            pack.audio = audio;
+        } else {
+            pack.audio.extend_from_slice(&audio);
+        }
+        if pack.audio.len() >= window {
+            self.flush(channel)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `channel`'s window being filled, if any, to the pool.
+    fn flush(&mut self, channel: usize) -> Result<(), AsrError> {
+        let Some(pack) = self.packs.get_mut(channel) else {
+            return Ok(());
+        };
+        if pack.pieces.is_empty() {
+            return Ok(());
+        }
+        let Pack { audio, pieces } = std::mem::take(pack);
         let index = self.spans.len();
-        self.spans.push((channel, start, audio.len()));
-        self.segments.push(None);
+        self.spans.push((channel, pieces));
         let tx = self.tx.clone();
         self.pool.submit_file(Job {
             audio,
             language: self.language.to_owned(),
             reply: Box::new(move |r| {
-                // The collector may have given up on an error; then nobody needs it.
                 let _ = tx.send((index, r));
             }),
             cancel: self.cancel.clone(),
         })?;
         self.take_ready();
+        Ok(())
+    }
+
+    /// Sends every channel's last window.
+    fn flush_all(&mut self) -> Result<(), AsrError> {
+        for channel in 0..self.packs.len() {
+            self.flush(channel)?;
+        }
         Ok(())
     }
 
@@ -227,24 +330,8 @@ impl<'a> Collector<'a> {
         (self.progress)(self.done, self.spans.len());
         match result {
             Ok(t) if !t.text.is_empty() => {
-                let (channel, start, len) = self.spans[index];
-                let offset = start as f64 / RATE as f64;
-                self.segments[index] = Some(FileSegment {
-                    channel,
-                    start: offset,
-                    end: offset + len as f64 / RATE as f64,
-                    text: t.text,
-                    confidence: t.confidence,
-                    words: t
-                        .words
-                        .into_iter()
-                        .map(|w| Word {
-                            start: w.start + offset,
-                            end: w.end + offset,
-                            ..w
-                        })
-                        .collect(),
-                });
+                let (channel, pieces) = &self.spans[index];
+                self.segments.extend(split_window(*channel, pieces, t));
             }
             Ok(_) => {}
             Err(e) => {
@@ -253,8 +340,8 @@ impl<'a> Collector<'a> {
         }
     }
 
-    /// Waits for every transcript; the segments with text, in time order.
     fn finish(mut self) -> Result<Vec<FileSegment>, AsrError> {
+        self.flush_all()?;
         (self.progress)(self.done, self.spans.len());
         while self.done < self.spans.len() {
             let Ok((index, result)) = self.rx.recv() else {
@@ -265,10 +352,81 @@ impl<'a> Collector<'a> {
         if let Some(e) = self.first_error {
             return Err(e);
         }
-        let mut segments: Vec<FileSegment> = self.segments.into_iter().flatten().collect();
+        let mut segments = self.segments;
         segments.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.channel.cmp(&b.channel)));
         Ok(segments)
     }
+}
+
+/// The segments of a decoded window: one per utterance that got words, on the recording's
+/// time line. A window of one utterance keeps the decoder's text; in a packed one each
+/// utterance's text is its words (a word in the silence between two utterances goes to the
+/// nearer one).
+fn split_window(channel: usize, pieces: &[Piece], t: super::Transcript) -> Vec<FileSegment> {
+    let secs = |samples: usize| samples as f64 / RATE as f64;
+    if pieces.len() == 1 || t.words.is_empty() {
+        // Alone, or without word timings (then the text cannot be split): one segment over
+        // the window's utterances.
+        let first = pieces[0];
+        let last = pieces[pieces.len() - 1];
+        let offset = secs(first.start) - secs(first.at);
+        return vec![FileSegment {
+            channel,
+            start: secs(first.start),
+            end: secs(last.start + last.len),
+            text: t.text,
+            confidence: t.confidence,
+            words: t
+                .words
+                .into_iter()
+                .map(|w| Word {
+                    start: w.start + offset,
+                    end: w.end + offset,
+                    ..w
+                })
+                .collect(),
+        }];
+    }
+    let mut words: Vec<Vec<Word>> = vec![Vec::new(); pieces.len()];
+    for w in t.words {
+        let mid = (w.start + w.end) / 2.0;
+        let i = pieces
+            .iter()
+            .enumerate()
+            .min_by(|(_, a), (_, b)| {
+                let distance = |p: &Piece| {
+                    let (from, to) = (secs(p.at), secs(p.at + p.len));
+                    (from - mid).max(mid - to).max(0.0)
+                };
+                distance(a).total_cmp(&distance(b))
+            })
+            .map_or(0, |(i, _)| i);
+        let p = pieces[i];
+        let (from, to) = (secs(p.start), secs(p.start + p.len));
+        let shift = secs(p.start) - secs(p.at);
+        words[i].push(Word {
+            start: (w.start + shift).clamp(from, to),
+            end: (w.end + shift).clamp(from, to),
+            ..w
+        });
+    }
+    pieces
+        .iter()
+        .zip(words)
+        .filter(|(_, words)| !words.is_empty())
+        .map(|(p, words)| FileSegment {
+            channel,
+            start: secs(p.start),
+            end: secs(p.start + p.len),
+            text: words
+                .iter()
+                .map(|w| w.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            confidence: t.confidence,
+            words,
+        })
+        .collect()
 }
 
 /// Transcribes a recording as `decoder` reads it, in `language`. Blocks: call it from a
@@ -278,6 +436,7 @@ pub fn transcribe_file(
     mut decoder: FileDecoder,
     language: &str,
     vad: VadConfig,
+    packing: Packing,
     progress: Progress<'_>,
     cancel: &Cancel,
 ) -> Result<FileTranscription, TranscribeError> {
@@ -287,7 +446,7 @@ pub fn transcribe_file(
     let mut cutters = (0..channels)
         .map(|_| ChannelCutter::new(vad))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut collector = Collector::new(pool, language, progress);
+    let mut collector = Collector::new(pool, language, packing, progress);
     collector.cancel = Some(cancel.clone());
     let mut wide_out: Vec<Vec<f32>> = vec![Vec::new(); channels];
     let mut cut = Vec::new();
@@ -314,7 +473,7 @@ pub fn transcribe_file(
                 cutter.finish(&mut cut)?;
             }
             for (start, audio) in cut.drain(..) {
-                collector.submit(c, start, audio)?;
+                collector.add(c, start, audio)?;
             }
         }
         if finish {
@@ -336,16 +495,17 @@ pub fn transcribe_channels(
     channels: &[Vec<f32>],
     language: &str,
     vad: VadConfig,
+    packing: Packing,
     progress: Progress<'_>,
 ) -> Result<Vec<FileSegment>, AsrError> {
-    let mut collector = Collector::new(pool, language, progress);
+    let mut collector = Collector::new(pool, language, packing, progress);
     let mut cut = Vec::new();
     for (c, channel) in channels.iter().enumerate() {
         let mut cutter = ChannelCutter::new(vad)?;
         cutter.push(channel, &mut cut)?;
         cutter.finish(&mut cut)?;
         for (start, audio) in cut.drain(..) {
-            collector.submit(c, start, audio)?;
+            collector.add(c, start, audio)?;
         }
     }
     collector.finish()

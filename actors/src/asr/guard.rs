@@ -1,16 +1,27 @@
 //! The hallucination guard: Whisper writes fluent text over silence, noise, tones and music
 //! ("Thank you.", "[MUSIC]", a phrase repeated to the end of the window). A transcript the
 //! guard rejects keeps its scores but loses its text and words, so nothing is emitted for it.
+//!
+//! A decoding loop (a phrase of two or more words said three times or more back to back, or
+//! one word four times or more) is rejected when it is all the transcript says, and cut back
+//! to one saying when there is other speech around it.
 
 use super::Transcript;
 
 /// Whisper's own no-speech rule: the model thinks there is no speech and the decode is unsure.
-const NO_SPEECH_PROB: f32 = 0.6;
+/// Whisper uses 0.6 on whole 30 s windows; here the VAD has already found speech, and clear
+/// non-English speech (whose first decoding step is less sure) scored 0.61-0.68, so the bar
+/// is higher.
+const NO_SPEECH_PROB: f32 = 0.75;
 const NO_SPEECH_LOGPROB: f32 = -1.0;
 /// Below this mean log-probability a decode is noise whatever the no-speech head says.
 const MIN_LOGPROB: f32 = -1.6;
-/// A phrase repeated this many times in a row is a decoding loop.
-const LOOP_REPEATS: usize = 4;
+/// A phrase of two or more words repeated this many times in a row is a decoding loop.
+const LOOP_REPEATS: usize = 3;
+/// A single word repeated this many times in a row is a decoding loop ("no, no, no" is not).
+const WORD_LOOP_REPEATS: usize = 4;
+/// Longest looping phrase looked for, in words.
+const MAX_LOOP_WORDS: usize = 8;
 
 /// Why a transcript was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,14 +50,96 @@ pub fn judge(t: &Transcript) -> Option<Rejection> {
     None
 }
 
-/// Clears the text and words of a transcript the guard rejects.
+/// Clears the text and words of a transcript the guard rejects, and cuts a loop inside a
+/// longer transcript back to one saying.
 pub fn apply(t: &mut Transcript) {
     if let Some(why) = judge(t) {
         if !t.text.is_empty() {
-            tracing::debug!(?why, text = %t.text, "guard dropped a transcript");
+            tracing::debug!(?why, text = %t.text, avg_logprob = t.avg_logprob,
+                no_speech_prob = t.no_speech_prob, "guard dropped a transcript");
         }
         t.text.clear();
         t.words.clear();
+        return;
+    }
+    collapse_loops(t);
+}
+
+/// Words compared for repetition: lower case, without punctuation.
+fn normalised(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// The first loop in `words`: (start, phrase length, repeats).
+fn find_loop(words: &[String]) -> Option<(usize, usize, usize)> {
+    for n in 1..=MAX_LOOP_WORDS {
+        let needed = if n == 1 {
+            WORD_LOOP_REPEATS
+        } else {
+            LOOP_REPEATS
+        };
+        for start in 0..words.len() {
+            let mut repeats = 1;
+            while start + (repeats + 1) * n <= words.len()
+                && words[start..start + n] == words[start + repeats * n..start + (repeats + 1) * n]
+            {
+                repeats += 1;
+            }
+            if repeats >= needed {
+                return Some((start, n, repeats));
+            }
+        }
+    }
+    None
+}
+
+/// Cuts each loop back to its first saying, in the words (keeping their timings) and the text.
+fn collapse_loops(t: &mut Transcript) {
+    let before = t.text.clone();
+    if t.words.is_empty() {
+        let mut pieces: Vec<&str> = t.text.split_whitespace().collect();
+        loop {
+            let keys: Vec<String> = pieces.iter().map(|p| normalised(p).join(" ")).collect();
+            // Pieces that are only punctuation would break the phrase alignment; they are rare
+            // in a decode and a loop through them is left alone.
+            if keys.iter().any(String::is_empty) {
+                break;
+            }
+            let Some((start, n, repeats)) = find_loop(&keys) else {
+                break;
+            };
+            pieces.drain(start + n..start + n * repeats);
+        }
+        t.text = pieces.join(" ");
+    } else {
+        loop {
+            let keys: Vec<String> = t
+                .words
+                .iter()
+                .map(|w| normalised(&w.text).join(" "))
+                .collect();
+            if keys.iter().any(String::is_empty) {
+                break;
+            }
+            let Some((start, n, repeats)) = find_loop(&keys) else {
+                break;
+            };
+            t.words.drain(start + n..start + n * repeats);
+        }
+        let text: Vec<&str> = t.words.iter().map(|w| w.text.as_str()).collect();
+        let rebuilt = text.join(" ");
+        if normalised(&rebuilt) != normalised(&t.text) {
+            t.text = rebuilt;
+        }
+    }
+    if t.text != before {
+        tracing::debug!(before = %before, after = %t.text, "guard cut a decoding loop");
     }
 }
 
@@ -66,35 +159,22 @@ fn has_words(text: &str) -> bool {
     false
 }
 
-/// True when some run of 1 to 6 words repeats `LOOP_REPEATS` times back to back.
+/// True when the text holds a decoding loop anywhere: the decode is worth repeating with
+/// repetition held back.
+pub fn has_loop(text: &str) -> bool {
+    find_loop(&normalised(text)).is_some()
+}
+
+/// True when the whole text is one phrase said over and over (with at most a word around it).
 fn is_loop(text: &str) -> bool {
-    let words: Vec<String> = text
-        .split_whitespace()
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect();
-    for n in 1..=6 {
-        for start in 0..words.len() {
-            let mut repeats = 1;
-            while start + (repeats + 1) * n <= words.len()
-                && words[start..start + n] == words[start + repeats * n..start + (repeats + 1) * n]
-            {
-                repeats += 1;
-            }
-            if repeats >= LOOP_REPEATS {
-                return true;
-            }
-        }
-    }
-    false
+    let words = normalised(text);
+    find_loop(&words).is_some_and(|(_, n, repeats)| n * repeats + 1 >= words.len())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::asr::Word;
 
     fn t(text: &str, avg_logprob: f32, no_speech_prob: f32) -> Transcript {
         Transcript {
@@ -155,9 +235,47 @@ mod tests {
         );
         assert_eq!(judge(&t("so so so so", -0.2, 0.0)), Some(Rejection::Loop));
         assert_eq!(
-            judge(&t("one two three, one two three, one two three", -0.2, 0.0)),
-            None
+            judge(&t(
+                "and I'm out to this, and I'm out to this, and I'm out to this",
+                -0.3,
+                0.0
+            )),
+            Some(Rejection::Loop)
         );
+        assert_eq!(judge(&t("No, no, no.", -0.3, 0.0)), None);
+    }
+
+    #[test]
+    fn a_loop_inside_speech_is_cut_to_one_saying() {
+        let mut looped = t(
+            "I'd like to pay my bill, pay my bill, pay my bill, pay my bill please.",
+            -0.3,
+            0.0,
+        );
+        apply(&mut looped);
+        assert_eq!(looped.text, "I'd like to pay my bill, please.");
+
+        let word = |text: &str, start: f64| Word {
+            text: text.into(),
+            start,
+            end: start + 0.2,
+            probability: 0.9,
+        };
+        let mut timed = t("Yes it is it is it is here", -0.3, 0.0);
+        timed.words = ["Yes", "it", "is", "it", "is", "it", "is", "here"]
+            .iter()
+            .enumerate()
+            .map(|(i, w)| word(w, i as f64 * 0.3))
+            .collect();
+        apply(&mut timed);
+        assert_eq!(timed.text, "Yes it is here");
+        let starts: Vec<f64> = timed.words.iter().map(|w| w.start).collect();
+        assert_eq!(starts.len(), 4);
+        assert_eq!(starts[3], 7.0 * 0.3);
+
+        let mut fine = t("No, no, no. I said two, two tickets.", -0.3, 0.0);
+        apply(&mut fine);
+        assert_eq!(fine.text, "No, no, no. I said two, two tickets.");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! The answer comes from the model files, not from a list we maintain: a CTranslate2 Whisper
 //! directory carries `config.json` (with `lang_ids`, the token ids of the language tokens) and
-//! `vocabulary.txt` (one token per line, the line number is the id). An English-only model
+//! its vocabulary (`vocabulary.json` or `vocabulary.txt`; a token's index is its id). An English-only model
 //! (`*.en`) has a vocabulary one token shorter than a multilingual one and keeps the language
 //! tokens only as unused leftovers, so for it the list is just `en`.
 
@@ -16,10 +16,43 @@ const MULTILINGUAL_VOCAB_SIZE: usize = 51_865;
 /// One language the speech model accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Language {
-    /// The code callers send, as in Whisper's language tokens (`en`, `de`, `yue`...).
+    /// The model's code, as in Whisper's language tokens (`en`, `de`, `yue`...).
     pub code: String,
     /// English name of the language.
     pub name: String,
+    /// BCP-47 tags (`language-REGION`) that name it, the usual one first (`en-US`, `en-GB`...).
+    pub tags: Vec<String>,
+}
+
+/// Finds the model language a caller means by `tag_or_code`: a model code (`en`, `yue`), a
+/// BCP-47 tag (`en-US`, `es_mx`, any case; any region of the language), or a primary subtag
+/// whose ISO 639-1 code differs from Whisper's (`jv` for Whisper's `jw`, `nb` for `no`, `iw`
+/// for `he`, `fil` for `tl`).
+pub fn resolve<'a>(languages: &'a [Language], tag_or_code: &str) -> Option<&'a Language> {
+    let wanted = tag_or_code.trim().replace('_', "-");
+    if wanted.is_empty() {
+        return None;
+    }
+    if let Some(l) = languages.iter().find(|l| {
+        l.code.eq_ignore_ascii_case(&wanted)
+            || l.tags.iter().any(|t| t.eq_ignore_ascii_case(&wanted))
+    }) {
+        return Some(l);
+    }
+    let primary = wanted.split('-').next()?.to_ascii_lowercase();
+    let code = ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == primary)
+        .map_or(primary.as_str(), |(_, code)| code);
+    languages.iter().find(|l| l.code == code)
+}
+
+/// Every BCP-47 tag of `languages`, in order: what AudioHook's `supportedLanguages` lists.
+pub fn supported_tags(languages: &[Language]) -> Vec<String> {
+    languages
+        .iter()
+        .flat_map(|l| l.tags.iter().cloned())
+        .collect()
 }
 
 /// Errors reading a model directory.
@@ -51,9 +84,7 @@ struct WhisperConfig {
 
 /// Lists the languages the Whisper model in `model_dir` accepts.
 pub fn model_languages(model_dir: &Path) -> Result<Vec<Language>, ModelError> {
-    let vocab_path = model_dir.join("vocabulary.txt");
-    let vocab = read(&vocab_path)?;
-    let tokens: Vec<&str> = vocab.lines().collect();
+    let (vocab_path, tokens) = super::tokenizer::read_vocabulary(model_dir)?;
     if tokens.len() < MULTILINGUAL_VOCAB_SIZE - 1 {
         return Err(ModelError::Invalid {
             path: vocab_path,
@@ -96,16 +127,68 @@ fn read(path: &Path) -> Result<String, ModelError> {
     })
 }
 
-fn language(code: &str) -> Language {
+/// The language of a model code, with its name and tags.
+pub fn language(code: &str) -> Language {
     let name = NAMES
         .iter()
         .find(|(c, _)| *c == code)
         .map_or(code, |(_, name)| name);
+    let tags = TAGS
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, tags)| tags.iter().map(|t| (*t).to_owned()).collect())
+        .unwrap_or_default();
     Language {
         code: code.to_owned(),
         name: name.to_owned(),
+        tags,
     }
 }
+
+/// Primary subtags callers use whose Whisper code differs.
+const ALIASES: &[(&str, &str)] = &[
+    ("jv", "jw"),
+    ("nb", "no"),
+    ("iw", "he"),
+    ("in", "id"),
+    ("ji", "yi"),
+    ("fil", "tl"),
+    ("cmn", "zh"),
+];
+
+/// BCP-47 tags of Whisper's languages, the usual one first. Each has the shape AudioHook
+/// clients check (`^[a-z]{2,3}-[A-Za-z]{2,3}$`).
+#[rustfmt::skip]
+const TAGS: &[(&str, &[&str])] = &[
+    ("en", &["en-US", "en-GB", "en-AU", "en-CA", "en-IN", "en-IE", "en-NZ", "en-ZA", "en-PH", "en-SG"]),
+    ("zh", &["zh-CN", "zh-TW", "zh-HK", "zh-SG"]), ("de", &["de-DE", "de-AT", "de-CH"]),
+    ("es", &["es-ES", "es-MX", "es-US", "es-AR", "es-CO", "es-CL", "es-PE"]),
+    ("ru", &["ru-RU"]), ("ko", &["ko-KR"]), ("fr", &["fr-FR", "fr-CA", "fr-BE", "fr-CH"]),
+    ("ja", &["ja-JP"]), ("pt", &["pt-BR", "pt-PT"]), ("tr", &["tr-TR"]), ("pl", &["pl-PL"]),
+    ("ca", &["ca-ES"]), ("nl", &["nl-NL", "nl-BE"]), ("ar", &["ar-SA", "ar-AE", "ar-EG", "ar-MA"]),
+    ("sv", &["sv-SE"]), ("it", &["it-IT", "it-CH"]), ("id", &["id-ID"]), ("hi", &["hi-IN"]),
+    ("fi", &["fi-FI"]), ("vi", &["vi-VN"]), ("he", &["he-IL"]), ("uk", &["uk-UA"]),
+    ("el", &["el-GR"]), ("ms", &["ms-MY"]), ("cs", &["cs-CZ"]), ("ro", &["ro-RO"]),
+    ("da", &["da-DK"]), ("hu", &["hu-HU"]), ("ta", &["ta-IN"]), ("no", &["no-NO", "nb-NO"]),
+    ("th", &["th-TH"]), ("ur", &["ur-PK"]), ("hr", &["hr-HR"]), ("bg", &["bg-BG"]),
+    ("lt", &["lt-LT"]), ("la", &["la-VA"]), ("mi", &["mi-NZ"]), ("ml", &["ml-IN"]),
+    ("cy", &["cy-GB"]), ("sk", &["sk-SK"]), ("te", &["te-IN"]), ("fa", &["fa-IR"]),
+    ("lv", &["lv-LV"]), ("bn", &["bn-BD", "bn-IN"]), ("sr", &["sr-RS"]), ("az", &["az-AZ"]),
+    ("sl", &["sl-SI"]), ("kn", &["kn-IN"]), ("et", &["et-EE"]), ("mk", &["mk-MK"]),
+    ("br", &["br-FR"]), ("eu", &["eu-ES"]), ("is", &["is-IS"]), ("hy", &["hy-AM"]),
+    ("ne", &["ne-NP"]), ("mn", &["mn-MN"]), ("bs", &["bs-BA"]), ("kk", &["kk-KZ"]),
+    ("sq", &["sq-AL"]), ("sw", &["sw-KE", "sw-TZ"]), ("gl", &["gl-ES"]), ("mr", &["mr-IN"]),
+    ("pa", &["pa-IN"]), ("si", &["si-LK"]), ("km", &["km-KH"]), ("sn", &["sn-ZW"]),
+    ("yo", &["yo-NG"]), ("so", &["so-SO"]), ("af", &["af-ZA"]), ("oc", &["oc-FR"]),
+    ("ka", &["ka-GE"]), ("be", &["be-BY"]), ("tg", &["tg-TJ"]), ("sd", &["sd-PK"]),
+    ("gu", &["gu-IN"]), ("am", &["am-ET"]), ("yi", &["yi-US"]), ("lo", &["lo-LA"]),
+    ("uz", &["uz-UZ"]), ("fo", &["fo-FO"]), ("ht", &["ht-HT"]), ("ps", &["ps-AF"]),
+    ("tk", &["tk-TM"]), ("nn", &["nn-NO"]), ("mt", &["mt-MT"]), ("sa", &["sa-IN"]),
+    ("lb", &["lb-LU"]), ("my", &["my-MM"]), ("bo", &["bo-CN"]), ("tl", &["tl-PH", "fil-PH"]),
+    ("mg", &["mg-MG"]), ("as", &["as-IN"]), ("tt", &["tt-RU"]), ("haw", &["haw-US"]),
+    ("ln", &["ln-CD"]), ("ha", &["ha-NG"]), ("ba", &["ba-RU"]), ("jw", &["jv-ID"]),
+    ("su", &["su-ID"]), ("yue", &["yue-HK"]),
+];
 
 /// English names of Whisper's language codes.
 #[rustfmt::skip]
@@ -175,6 +258,49 @@ mod tests {
             .map(|l| l.code)
             .collect();
         assert_eq!(codes, ["en", "zh", "de"]);
+    }
+
+    #[test]
+    fn every_language_has_tags_of_the_audiohook_shape() {
+        let shape = |t: &str| {
+            let Some((lang, region)) = t.split_once('-') else {
+                return false;
+            };
+            (2..=3).contains(&lang.len())
+                && lang.bytes().all(|b| b.is_ascii_lowercase())
+                && (2..=3).contains(&region.len())
+                && region.bytes().all(|b| b.is_ascii_alphabetic())
+        };
+        assert_eq!(NAMES.len(), 99);
+        for (code, _) in NAMES {
+            let l = language(code);
+            assert!(!l.tags.is_empty(), "{code} has no tags");
+            assert!(l.tags.iter().all(|t| shape(t)), "{:?}", l.tags);
+            // Each tag leads back to its language.
+            let all = [l.clone()];
+            for t in &l.tags {
+                assert_eq!(resolve(&all, t).map(|l| l.code.as_str()), Some(*code));
+            }
+        }
+    }
+
+    #[test]
+    fn tags_and_codes_resolve_to_model_languages() {
+        let languages: Vec<Language> = ["en", "de", "es", "jw", "no"].map(language).to_vec();
+        let code = |t: &str| resolve(&languages, t).map(|l| l.code.clone());
+        assert_eq!(code("en-US").as_deref(), Some("en"));
+        assert_eq!(code("en").as_deref(), Some("en"));
+        assert_eq!(code("EN-gb").as_deref(), Some("en"));
+        assert_eq!(code("DE_at").as_deref(), Some("de"));
+        assert_eq!(code("es-419").as_deref(), Some("es"));
+        assert_eq!(code("jv-ID").as_deref(), Some("jw"));
+        assert_eq!(code("nb-NO").as_deref(), Some("no"));
+        assert_eq!(code("fr-FR"), None);
+        assert_eq!(code(""), None);
+        assert_eq!(code("-"), None);
+        let tags = supported_tags(&languages);
+        assert_eq!(&tags[..2], ["en-US", "en-GB"]);
+        assert!(tags.contains(&"es-MX".to_owned()));
     }
 
     #[test]

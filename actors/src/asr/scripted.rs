@@ -150,13 +150,7 @@ impl ScriptedEngine {
             gate: Gate::default(),
             cost: Duration::ZERO,
             decoded: Arc::default(),
-            languages: ["en", "de"]
-                .iter()
-                .map(|c| Language {
-                    code: (*c).to_owned(),
-                    name: (*c).to_owned(),
-                })
-                .collect(),
+            languages: ["en", "de"].map(super::languages::language).to_vec(),
         }
     }
 

@@ -1,11 +1,34 @@
 //! Whisper's token vocabulary: byte-level BPE tokens back to text, and the special tokens.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::ModelError;
 
-/// The vocabulary of a CTranslate2 Whisper model (`vocabulary.txt`).
+/// Reads the token list of a CTranslate2 model directory: `vocabulary.json` (a JSON array of
+/// strings, as newer converters write it) or `vocabulary.txt` (one token per line). The index
+/// of a token is its id.
+pub fn read_vocabulary(model_dir: &Path) -> Result<(PathBuf, Vec<String>), ModelError> {
+    let json = model_dir.join("vocabulary.json");
+    let (path, text) = match std::fs::read_to_string(&json) {
+        Ok(text) => (json, text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let txt = model_dir.join("vocabulary.txt");
+            match std::fs::read_to_string(&txt) {
+                Ok(text) => return Ok((txt, text.lines().map(str::to_owned).collect())),
+                Err(source) => return Err(ModelError::Io { path: txt, source }),
+            }
+        }
+        Err(source) => return Err(ModelError::Io { path: json, source }),
+    };
+    let tokens: Vec<String> = serde_json::from_str(&text).map_err(|e| ModelError::Invalid {
+        path: path.clone(),
+        reason: format!("not a JSON array of token strings: {e}"),
+    })?;
+    Ok((path, tokens))
+}
+
+/// The vocabulary of a CTranslate2 Whisper model (`vocabulary.json` or `vocabulary.txt`).
 #[derive(Debug, Clone)]
 pub struct Vocabulary {
     tokens: Vec<String>,
@@ -38,14 +61,9 @@ fn unicode_to_bytes() -> HashMap<char, u8> {
 }
 
 impl Vocabulary {
-    /// Reads `vocabulary.txt` of a model directory.
+    /// Reads the vocabulary of a model directory (see [`read_vocabulary`]).
     pub fn load(model_dir: &Path) -> Result<Self, ModelError> {
-        let path = model_dir.join("vocabulary.txt");
-        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let tokens: Vec<String> = text.lines().map(str::to_owned).collect();
+        let (path, tokens) = read_vocabulary(model_dir)?;
         let ids: HashMap<String, usize> = tokens
             .iter()
             .enumerate()
@@ -126,5 +144,24 @@ mod tests {
         assert_eq!(v.decode(&[0, 1, 5]), "Hello world");
         assert_eq!(v.decode(&[2, 3]), " café");
         assert_eq!(v.id("<|notimestamps|>"), Some(5));
+    }
+
+    #[test]
+    fn reads_a_json_vocabulary_first() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("vocabulary.json"),
+            r#"["Hello", "\u0120world", "<|endoftext|>"]"#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("vocabulary.txt"), "other\n").unwrap();
+        let v = Vocabulary::load(dir.path()).unwrap();
+        assert_eq!(v.eot, 2);
+        assert_eq!(v.decode(&[0, 1]), "Hello world");
+        std::fs::write(dir.path().join("vocabulary.json"), "{}").unwrap();
+        assert!(matches!(
+            Vocabulary::load(dir.path()),
+            Err(ModelError::Invalid { .. })
+        ));
     }
 }

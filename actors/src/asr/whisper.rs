@@ -8,6 +8,10 @@
 //!
 //! Each utterance is encoded once; the encoder output feeds both the beam search and the
 //! cross-attention alignment that times the words.
+//!
+//! The window is variable: the features are padded to max(`min_window`, utterance) instead of
+//! Whisper's fixed 30 s, since CTranslate2's encoder accepts fewer than 3000 frames and costs
+//! less on them. A batch shares one window, the longest its utterances need.
 
 use std::path::Path;
 
@@ -17,10 +21,18 @@ use super::guard;
 use super::languages::model_languages;
 use super::tokenizer::Vocabulary;
 use super::{AsrEngine, AsrError, Language, Transcript, Word};
-use crate::audio::mel::{LogMel, HOP, N_FRAMES, N_MELS};
+use crate::audio::mel::{LogMel, HOP, N_FRAMES, N_MELS, SAMPLE_RATE};
 
 /// Encoder frames per second (one per 20 ms).
 const ENCODER_FRAMES_PER_SEC: f64 = 50.0;
+
+/// Longest text the decoder may write per second of window, in tokens (speech runs at about
+/// 4; the bound stops a decoding loop early instead of at Whisper's 448 tokens).
+const TOKENS_PER_SECOND: f64 = 12.0;
+/// Tokens every window may have, however short.
+const MIN_TOKENS: usize = 32;
+/// Whisper's own limit on a decode.
+const MAX_TOKENS: usize = 448;
 
 /// Decoding settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,14 +41,26 @@ pub struct WhisperSettings {
     pub beam_size: usize,
     /// CPU threads for one decode. One per worker is right on a shared machine.
     pub threads: usize,
+    /// Shortest encoder window, in seconds (up to 30): an utterance is padded to
+    /// max(this, its length). 30 is Whisper's fixed window.
+    pub min_window_secs: f64,
 }
 
 impl Default for WhisperSettings {
     fn default() -> Self {
         Self {
-            beam_size: 5,
+            beam_size: 2,
             threads: 1,
+            min_window_secs: 10.0,
         }
+    }
+}
+
+impl WhisperSettings {
+    /// Mel frames of the window for utterances of up to `samples` samples.
+    pub fn window_frames(&self, samples: usize) -> usize {
+        let min = (self.min_window_secs.clamp(0.0, 30.0) * SAMPLE_RATE as f64 / HOP as f64).ceil();
+        LogMel::window_frames(samples, min as usize)
     }
 }
 
@@ -189,26 +213,60 @@ impl AsrEngine for WhisperEngine {
             return Ok(Vec::new());
         }
         let prompt = self.prompt(language)?;
-        let per = LogMel::output_len();
+        let longest = utterances.iter().map(|u| u.len()).max().unwrap_or(0);
+        let frames = self.settings.window_frames(longest);
+        let per = N_MELS * frames;
         self.features.resize(per * utterances.len(), 0.0);
         for (audio, out) in utterances.iter().zip(self.features.chunks_exact_mut(per)) {
             self.mel.compute_into(audio, out);
         }
         let batch = utterances.len();
-        let features =
-            StorageView::new(&[batch, N_MELS, N_FRAMES], &mut self.features, Device::CPU)
-                .map_err(engine_error)?;
+        let features = StorageView::new(&[batch, N_MELS, frames], &mut self.features, Device::CPU)
+            .map_err(engine_error)?;
         let encoded = self.model.encode(&features, false).map_err(engine_error)?;
+        let window_secs = (frames * HOP) as f64 / SAMPLE_RATE as f64;
         let options = WhisperOptions {
             beam_size: self.settings.beam_size.max(1),
             return_scores: true,
             return_no_speech_prob: true,
+            max_length: ((MIN_TOKENS as f64 + window_secs * TOKENS_PER_SECOND) as usize)
+                .min(MAX_TOKENS),
             ..WhisperOptions::default()
         };
-        let results = self
+        let mut results = self
             .model
             .generate(&encoded, &vec![prompt.clone(); batch], &options)
             .map_err(engine_error)?;
+        // A decode that fell into a loop ("Thank you. Thank you. ...") usually lost the words
+        // after the loop's start: decode the whole batch again with repeats held back (no
+        // 4-word phrase twice, repeated tokens penalised) and keep the new readings of the
+        // looped ones. Rare, so the second pass is not worth splitting the batch for.
+        let looped: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.sequences_ids
+                    .first()
+                    .is_some_and(|ids| guard::has_loop(&self.vocab.decode(ids)))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !looped.is_empty() {
+            let careful = WhisperOptions {
+                no_repeat_ngram_size: 4,
+                repetition_penalty: 1.2,
+                ..options.clone()
+            };
+            let again = self
+                .model
+                .generate(&encoded, &vec![prompt.clone(); batch], &careful)
+                .map_err(engine_error)?;
+            for (i, r) in again.into_iter().enumerate() {
+                if looped.contains(&i) {
+                    results[i] = r;
+                }
+            }
+        }
 
         let texts: Vec<Vec<usize>> = results
             .iter()
@@ -226,7 +284,7 @@ impl AsrEngine for WhisperEngine {
             .collect();
         let num_frames: Vec<usize> = utterances
             .iter()
-            .map(|u| (u.len() / HOP).clamp(1, N_FRAMES))
+            .map(|u| (u.len() / HOP).clamp(1, frames.min(N_FRAMES)))
             .collect();
         let start: Vec<usize> = prompt.iter().filter_map(|t| self.vocab.id(t)).collect();
         let alignments = if texts.iter().any(|t| !t.is_empty()) {
@@ -252,10 +310,7 @@ impl AsrEngine for WhisperEngine {
                 confidence: avg_logprob.exp().clamp(0.0, 1.0),
                 avg_logprob,
                 no_speech_prob: result.no_speech_prob,
-                words: alignments
-                    .get(i)
-                    .map(|a| self.words(&texts[i], a))
-                    .unwrap_or_default(),
+                words,
             };
             guard::apply(&mut transcript);
             out.push(transcript);

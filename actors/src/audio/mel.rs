@@ -133,21 +133,33 @@ impl LogMel {
         }
     }
 
-    /// Length of the output of [`LogMel::compute_into`]: 80 x 3000.
+    /// Length of the output of [`LogMel::compute_into`] for a full 30 s window: 80 x 3000.
     pub const fn output_len() -> usize {
         N_MELS * N_FRAMES
     }
 
-    /// Computes the features of `audio` (16 kHz mono; anything past 30 s is ignored) into
-    /// `out`, mel-major (`out[m * 3000 + t]`), as Whisper's encoder takes them.
+    /// Frames of a window that holds `samples` of audio and is at least `min_frames` long:
+    /// an even number (the encoder halves it), at most 3000 (30 s).
+    pub fn window_frames(samples: usize, min_frames: usize) -> usize {
+        let needed = samples.div_ceil(HOP).max(min_frames).max(2);
+        (needed + needed % 2).min(N_FRAMES)
+    }
+
+    /// Computes the features of `audio` (16 kHz mono) into `out`, mel-major
+    /// (`out[m * frames + t]`, `frames = out.len() / 80`), as Whisper's encoder takes them.
+    ///
+    /// The window is the first `frames` frames of Whisper's 30 s window: the audio padded with
+    /// zeros to 30 s (anything past 30 s is ignored), so a shorter window gives exactly the
+    /// features the full one starts with. CTranslate2's encoder accepts such shorter windows,
+    /// and its cost falls with their length.
     ///
     /// # Panics
-    /// If `out` is not [`LogMel::output_len`] long: the caller sizes it once.
+    /// If `out` is not a whole number (2 to 3000) of 80-value frames: the caller sizes it.
     pub fn compute_into(&mut self, audio: &[f32], out: &mut [f32]) {
-        assert_eq!(
-            out.len(),
-            Self::output_len(),
-            "output buffer must be 80 x 3000"
+        let frames = out.len() / N_MELS;
+        assert!(
+            out.len() % N_MELS == 0 && (1..=N_FRAMES).contains(&frames),
+            "output buffer must be 80 x (1 to 3000) values"
         );
         let audio = &audio[..audio.len().min(CHUNK_SAMPLES)];
         let pad = N_FFT / 2;
@@ -157,7 +169,8 @@ impl LogMel {
             N_FRAMES
         } else {
             ((audio.len() + pad).div_ceil(HOP)).min(N_FRAMES)
-        };
+        }
+        .min(frames);
         let sample = |i: isize| -> f32 {
             let n = CHUNK_SAMPLES as isize;
             let j = if i < 0 {
@@ -186,15 +199,16 @@ impl LogMel {
                 let energy: f32 = bins.iter().zip(&filter.weights).map(|(p, w)| p * w).sum();
                 let v = energy.max(1e-10).log10();
                 max = max.max(v);
-                out[m * N_FRAMES + t] = v;
+                out[m * frames + t] = v;
             }
         }
+        // The 30 s window's padding frames are at the floor and count towards its maximum.
         if live_frames < N_FRAMES {
             max = max.max(LOG_FLOOR);
         }
         let floor = max - 8.0;
         for m in 0..N_MELS {
-            let row = &mut out[m * N_FRAMES..(m + 1) * N_FRAMES];
+            let row = &mut out[m * frames..(m + 1) * frames];
             for v in &mut row[..live_frames] {
                 *v = (v.max(floor) + 4.0) / 4.0;
             }
@@ -261,6 +275,32 @@ mod tests {
             worst < 2e-3,
             "largest difference from the reference: {worst}"
         );
+    }
+
+    #[test]
+    fn a_short_window_is_the_start_of_the_full_one() {
+        let audio = chirp();
+        let mut mel = LogMel::new();
+        let full = mel.compute(&audio);
+        let frames = LogMel::window_frames(audio.len(), 1000);
+        assert_eq!(frames, 1000);
+        let mut short = vec![0.0; N_MELS * frames];
+        mel.compute_into(&audio, &mut short);
+        for m in 0..N_MELS {
+            assert_eq!(
+                &short[m * frames..(m + 1) * frames],
+                &full[m * N_FRAMES..m * N_FRAMES + frames]
+            );
+        }
+    }
+
+    #[test]
+    fn window_frames_cover_the_audio_within_bounds() {
+        assert_eq!(LogMel::window_frames(0, 1000), 1000);
+        assert_eq!(LogMel::window_frames(12 * SAMPLE_RATE, 1000), 1200);
+        assert_eq!(LogMel::window_frames(12 * SAMPLE_RATE + 1, 1000), 1202);
+        assert_eq!(LogMel::window_frames(45 * SAMPLE_RATE, 1000), N_FRAMES);
+        assert_eq!(LogMel::window_frames(100, 0), 2);
     }
 
     #[test]

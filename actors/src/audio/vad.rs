@@ -4,7 +4,9 @@
 //! by two checks of our own that the WebRTC VAD lacks: a level floor (line noise and hiss are
 //! quiet) and a tonality test (DTMF digits, call-progress tones and synthesiser notes put
 //! nearly all their energy in one or two narrow peaks; speech spreads it over harmonics and
-//! formants). A frame is speech only when all three agree.
+//! formants). The tonality is measured over 300-3600 Hz: below 300 Hz the fundamental of a
+//! low voice can hold most of a vowel's energy, which made whole words of a clear male voice
+//! look like tones (and lost them). A frame is speech only when all three agree.
 //!
 //! Utterances: speech starts one (with a short pre-roll kept), `trailing_silence_ms` of
 //! non-speech ends it, and it is kept only if it has `min_speech_ms` of speech frames and
@@ -24,6 +26,12 @@ pub const RATE: usize = 8_000;
 pub const FRAME: usize = 160;
 const FRAME_MS: u32 = 20;
 const FFT_LEN: usize = 256;
+/// Trailing non-speech kept at the end of an utterance.
+const TAIL_MS: u32 = 400;
+/// Frames that are speech by every check (not tonal) an utterance needs.
+const MIN_CLEAR_FRAMES: usize = 3;
+/// First FFT bin of the tonality band (312.5 Hz).
+const BAND_LO: usize = 10;
 
 /// Segmentation settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,7 +46,8 @@ pub struct VadConfig {
     pub pre_roll_ms: u32,
     /// Frames quieter than this (dBFS) are never speech.
     pub min_level_dbfs: f32,
-    /// Frames with more of their energy in their strongest peaks than this are tones.
+    /// Frames with more of their 300-3600 Hz energy in their two strongest peaks than this
+    /// are tones.
     pub max_tonality: f32,
 }
 
@@ -48,7 +57,7 @@ impl Default for VadConfig {
             min_speech_ms: 300,
             trailing_silence_ms: 500,
             max_utterance_ms: 30_000,
-            pre_roll_ms: 200,
+            pre_roll_ms: 400,
             min_level_dbfs: -50.0,
             max_tonality: 0.55,
         }
@@ -83,10 +92,12 @@ pub struct FrameInfo {
     pub voiced: bool,
     /// Level in dBFS.
     pub level_dbfs: f32,
-    /// Share of the 200-3600 Hz energy in the two strongest spectral peaks.
+    /// Share of the 300-3600 Hz energy in the two strongest spectral peaks.
     pub tonality: f32,
     /// Strongest spectral bin (31.25 Hz per bin).
     pub peak_bin: u16,
+    /// Nearly all the 300-3600 Hz energy in one or two narrow peaks: a tone.
+    pub tone: bool,
     /// All checks agree: speech.
     pub speech: bool,
 }
@@ -168,8 +179,8 @@ impl FrameClassifier {
         for (p, c) in self.power.iter_mut().zip(&self.spectrum) {
             *p = c.norm_sqr();
         }
-        // The telephone band, 200-3600 Hz: bins 7..=115 at 31.25 Hz.
-        let band = &self.power[7..=115];
+        // 300-3600 Hz: bins 10..=115 at 31.25 Hz.
+        let band = &self.power[BAND_LO..=115];
         let total: f32 = band.iter().sum();
         let (mut first, mut second) = ((0usize, 0.0f32), (0usize, 0.0f32));
         for (i, &p) in band.iter().enumerate() {
@@ -190,14 +201,15 @@ impl FrameClassifier {
         }
         let peaks = lobe(first.0) + if second.1 > 0.0 { lobe(second.0) } else { 0.0 };
         let tonality = if total > 0.0 { peaks / total } else { 0.0 };
-        let speech = voiced
-            && level_dbfs >= self.config.min_level_dbfs
-            && tonality <= self.config.max_tonality;
+        let peak_bin = (first.0 + BAND_LO) as u16;
+        let tone = tonality > self.config.max_tonality;
+        let speech = voiced && level_dbfs >= self.config.min_level_dbfs && !tone;
         FrameInfo {
             voiced,
             level_dbfs,
             tonality,
-            peak_bin: (first.0 + 7) as u16,
+            peak_bin,
+            tone,
             speech,
         }
     }
@@ -206,6 +218,8 @@ impl FrameClassifier {
 #[derive(Debug, Clone, Copy)]
 struct FrameStat {
     speech: bool,
+    /// Voiced and loud enough, tonal or not.
+    voiced: bool,
     level_dbfs: f32,
     peak_bin: u16,
 }
@@ -289,6 +303,7 @@ impl Segmenter {
         let info = self.classifier.classify(frame);
         let stat = FrameStat {
             speech: info.speech,
+            voiced: info.voiced && info.level_dbfs >= self.config.min_level_dbfs,
             level_dbfs: info.level_dbfs,
             peak_bin: info.peak_bin,
         };
@@ -304,6 +319,7 @@ impl Segmenter {
                 let mut frames = vec![
                     FrameStat {
                         speech: false,
+                        voiced: false,
                         level_dbfs: -100.0,
                         peak_bin: 0
                     };
@@ -382,8 +398,9 @@ impl Segmenter {
     }
 
     fn emit_if_speech(&self, mut current: Current, emit: &mut impl FnMut(Utterance)) {
-        // Drop trailing non-speech beyond 200 ms: it only costs decoding time.
-        let keep_tail = (200 / FRAME_MS) as usize;
+        // Keep 400 ms of the trailing non-speech (a quiet last word can be in it); drop the
+        // rest.
+        let keep_tail = (TAIL_MS / FRAME_MS) as usize;
         let trailing = current
             .frames
             .iter()
@@ -405,9 +422,17 @@ impl Segmenter {
 }
 
 /// Utterance-level decision over the frames of a candidate.
+///
+/// The speech it needs (`min_speech_ms`) counts every voiced, loud enough frame, tonal ones
+/// included: a short, clear word can be mostly vowels peaky enough to look like tones (it
+/// started the utterance with a frame that was not). Tones alone never start an utterance.
 fn is_speech(frames: &[FrameStat], config: &VadConfig) -> bool {
+    let voiced = frames.iter().filter(|f| f.voiced).count() as u32;
+    if voiced * FRAME_MS < config.min_speech_ms {
+        return false;
+    }
     let speech: Vec<&FrameStat> = frames.iter().filter(|f| f.speech).collect();
-    if (speech.len() as u32) * FRAME_MS < config.min_speech_ms {
+    if speech.len() < MIN_CLEAR_FRAMES {
         return false;
     }
     // Music holds a note: its strongest peak stays in one bin from frame to frame far more

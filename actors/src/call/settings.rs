@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
+use crate::asr::languages::{self, Language};
 use crate::audio::vad::VadConfig;
 
 /// A permit for one inbound frame in flight; dropping it lets the socket read the next one.
@@ -14,8 +15,8 @@ pub type Credit = std::sync::Arc<tokio::sync::OwnedSemaphorePermit>;
 pub struct CallSettings {
     /// Utterance segmentation.
     pub vad: VadConfig,
-    /// Language codes the speech model accepts (`en`, ...).
-    pub languages: Vec<String>,
+    /// Languages the speech model accepts.
+    pub languages: Vec<Language>,
     /// Language used when the call names none the model accepts.
     pub default_language: String,
     /// Audio leased from the organisation's pool at a time: the quota is checked each time
@@ -41,7 +42,7 @@ impl Default for CallSettings {
     fn default() -> Self {
         Self {
             vad: VadConfig::default(),
-            languages: vec!["en".to_owned()],
+            languages: vec![languages::language("en")],
             default_language: "en".to_owned(),
             quota_slice: Duration::from_secs(30),
             disconnect_grace: Duration::from_secs(2),
@@ -58,8 +59,12 @@ impl CallSettings {
     /// The model language for an AudioHook language tag (`en-US` -> `en`), if the model
     /// accepts it.
     pub fn model_language(&self, tag: &str) -> Option<String> {
-        let primary = tag.split(['-', '_']).next()?.to_ascii_lowercase();
-        self.languages.iter().find(|l| **l == primary).cloned()
+        languages::resolve(&self.languages, tag).map(|l| l.code.clone())
+    }
+
+    /// The BCP-47 tags of the model's languages, for `opened.supportedLanguages`.
+    pub fn supported_tags(&self) -> Vec<String> {
+        languages::supported_tags(&self.languages)
     }
 }
 
@@ -81,11 +86,12 @@ pub struct LiveStats {
 #[cfg(test)]
 mod tests {
     use super::CallSettings;
+    use crate::asr::languages::language;
 
     #[test]
     fn language_tags_map_to_model_languages() {
         let s = CallSettings {
-            languages: vec!["en".into(), "de".into()],
+            languages: vec![language("en"), language("de")],
             ..CallSettings::default()
         };
         assert_eq!(s.model_language("en-US").as_deref(), Some("en"));

@@ -241,7 +241,7 @@ impl CallState {
             .params
             .supported_languages
             .filter(|asked| *asked)
-            .map(|_| settings.languages.clone());
+            .map(|_| settings.supported_tags());
         if request.probe {
             tracing::info!(call = %self.args.call_id, "connection probe");
             let opened = self.session.opened(supported);
