@@ -5,15 +5,19 @@
 #   scripts/setup.sh            system packages + the models config.toml runs with
 #   scripts/setup.sh --test     system packages + the models the test suite uses
 #   scripts/setup.sh --all      system packages + every model
+#   scripts/setup.sh --bench    as --all, plus faster-whisper (for `callstream bench files
+#                               --faster-whisper`) in ~/.cache/callstream/fw
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model_set=default
+bench=0
 case "${1:-}" in
   "") ;;
   --test) model_set=test ;;
   --all) model_set=all ;;
-  *) echo "usage: $0 [--test|--all]" >&2; exit 2 ;;
+  --bench) model_set=all; bench=1 ;;
+  *) echo "usage: $0 [--test|--all|--bench]" >&2; exit 2 ;;
 esac
 
 # Build tools for the C++ engines (CTranslate2, llama.cpp) and their bindings, audio tools for
@@ -55,5 +59,15 @@ assert openai.__version__ == '3.51.0' and requests.__version__ == '2.34.2'" 2>/d
     echo "setup: installing the test clients into $pydeps"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --upgrade \
       --target "$pydeps" "http-message-signatures==3.0.0" "openai==3.51.0" "requests==2.34.2"
+  fi
+fi
+
+# The file-transcription bench compares with faster-whisper on the same model.
+if [ "$bench" = 1 ]; then
+  fw="$HOME/.cache/callstream/fw"
+  if ! PYTHONPATH="$fw" python3 -c "import faster_whisper" 2>/dev/null; then
+    echo "setup: installing faster-whisper into $fw"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      --target "$fw" "faster-whisper==1.2.1"
   fi
 fi

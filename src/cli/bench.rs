@@ -312,7 +312,7 @@ fn files(
             )
         });
         let output = std::process::Command::new("python3")
-            .arg("scripts/bench/faster_whisper.py")
+            .arg("scripts/bench/fw_compare.py")
             .arg(&config.models.whisper)
             .arg(&wav)
             .arg(config.asr.beam_size.to_string())

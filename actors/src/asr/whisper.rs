@@ -223,7 +223,9 @@ impl AsrEngine for WhisperEngine {
         let batch = utterances.len();
         let features = StorageView::new(&[batch, N_MELS, frames], &mut self.features, Device::CPU)
             .map_err(engine_error)?;
+        let started = std::time::Instant::now();
         let encoded = self.model.encode(&features, false).map_err(engine_error)?;
+        let encode_ms = started.elapsed().as_millis();
         let window_secs = (frames * HOP) as f64 / SAMPLE_RATE as f64;
         let options = WhisperOptions {
             beam_size: self.settings.beam_size.max(1),
@@ -295,6 +297,13 @@ impl AsrEngine for WhisperEngine {
             Vec::new()
         };
 
+        tracing::debug!(
+            batch,
+            frames,
+            encode_ms,
+            total_ms = started.elapsed().as_millis(),
+            "speech decoded"
+        );
         let mut out = Vec::with_capacity(batch);
         for (i, result) in results.iter().enumerate() {
             let avg_logprob = result.scores.first().copied().unwrap_or(f32::NEG_INFINITY);

@@ -4,7 +4,7 @@
 its own VAD on, word timestamps on. Prints one JSON object: CPU and wall seconds of the
 transcription (model loading excluded), and each channel's words.
 
-Usage: faster_whisper.py MODEL_DIR AUDIO.wav BEAM LANGUAGE
+Usage: fw_compare.py MODEL_DIR AUDIO.wav BEAM LANGUAGE
 (needs faster-whisper on PYTHONPATH: scripts/setup.sh --bench installs it)
 """
 import json
