@@ -158,7 +158,7 @@ impl LogMel {
     pub fn compute_into(&mut self, audio: &[f32], out: &mut [f32]) {
         let frames = out.len() / N_MELS;
         assert!(
-            out.len() % N_MELS == 0 && (1..=N_FRAMES).contains(&frames),
+            out.len().is_multiple_of(N_MELS) && (1..=N_FRAMES).contains(&frames),
             "output buffer must be 80 x (1 to 3000) values"
         );
         let audio = &audio[..audio.len().min(CHUNK_SAMPLES)];
