@@ -409,7 +409,11 @@ async fn an_upload_whose_client_leaves_stops_its_speech_work_and_bills_nothing()
     // The intent analysis comes from a scripted provider: this test is about the speech work.
     let fake = FakeUpstream::start().await;
     fake.set_default(Reply::Text(vec!["{}"], (10, 2)));
-    let env = Env::with(fake.env());
+    // One decode per utterance (no packing into shared windows), so the count of decodes
+    // measures how far into the file the work got.
+    let mut vars = fake.env();
+    vars.push(("CALLSTREAM_TRANSCRIBE__PACK_WINDOW_MS", "0".into()));
+    let env = Env::with(vars);
     let server = env.serve();
     let (org, _, key) = env.org_with_key("Uploads");
     let url = server.url("/api/transcribe");
