@@ -8,7 +8,7 @@ use std::sync::mpsc;
 
 use callstream_actors::asr::file::Packing;
 use callstream_actors::asr::pool::{AsrPool, Job, PoolConfig};
-use callstream_actors::asr::wer::{wer, WerCount};
+use callstream_actors::asr::wer::{normalise, wer, WerCount};
 use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
 use callstream_actors::asr::{AsrEngine, Transcript};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
@@ -229,17 +229,6 @@ fn stereo_call_recording_gives_segments_on_both_channels_in_time_order() {
     }
 }
 
-/// Lower-case words without punctuation.
-fn words_of(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
 /// Transcribes a mono fixture the way a file is: VAD cuts, then the engine, in `language`.
 fn transcribe_file(pool: &AsrPool, path: &Path, language: &str) -> String {
     use callstream_actors::asr::file::transcribe_channels;
@@ -279,7 +268,7 @@ fn speech_cases_lose_no_words() {
             fields.next().unwrap(),
         );
         let text = transcribe_file(&pool, &dir.join(file), language);
-        let heard = words_of(&text);
+        let heard = normalise(&text);
         let missing: Vec<&str> = expected
             .split_whitespace()
             .filter(|w| !heard.iter().any(|h| h == w))

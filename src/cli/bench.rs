@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use callstream::config::Config;
 use callstream_actors::asr::pool::{Job, PoolConfig};
-use callstream_actors::asr::wer::{wer, WerCount};
+use callstream_actors::asr::wer::{normalise, wer, WerCount};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 
 /// Benchmarks.
@@ -201,16 +201,9 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
     Ok(())
 }
 
-/// Words of a transcript, lower case, without punctuation.
+/// Words of a transcript, normalised as the word error rate compares them.
 fn word_list<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
-    texts
-        .flat_map(str::split_whitespace)
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
+    texts.flat_map(normalise).collect()
 }
 
 /// Writes 16 kHz channels as a 16-bit PCM WAV.
