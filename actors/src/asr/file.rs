@@ -254,9 +254,8 @@ impl<'a> Collector<'a> {
         }
     }
 
-    /// Queues an utterance (waits while the pool's file queue is full).
     /// Adds an utterance of `channel` starting at sample `start`; a window that would grow
-    /// past the packing limit is sent first.
+    /// past the packing limit is sent first (waiting while the pool's file queue is full).
     fn add(&mut self, channel: usize, start: usize, audio: Vec<f32>) -> Result<(), AsrError> {
         let window = (self.packing.window_secs.clamp(0.0, 30.0) * RATE as f64) as usize;
         let gap = (self.packing.gap_secs.max(0.0) * RATE as f64) as usize;
@@ -303,6 +302,7 @@ impl<'a> Collector<'a> {
             audio,
             language: self.language.to_owned(),
             reply: Box::new(move |r| {
+                // The collector may have given up on an error; then nobody needs it.
                 let _ = tx.send((index, r));
             }),
             cancel: self.cancel.clone(),
@@ -340,6 +340,8 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// Sends the last windows and waits for every transcript; the segments with text, in time
+    /// order.
     fn finish(mut self) -> Result<Vec<FileSegment>, AsrError> {
         self.flush_all()?;
         (self.progress)(self.done, self.spans.len());
@@ -509,4 +511,90 @@ pub fn transcribe_channels(
         }
     }
     collector.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::asr::Transcript;
+
+    fn word(text: &str, start: f64, end: f64) -> Word {
+        Word {
+            text: text.into(),
+            start,
+            end,
+            probability: 0.9,
+        }
+    }
+
+    #[test]
+    fn a_packed_window_gives_each_utterance_its_words_on_the_file_time_line() {
+        // Two utterances: 2 s at 10 s of the file, then (after a 0.3 s gap) 1 s at 40 s.
+        let pieces = [
+            Piece {
+                at: 0,
+                start: 10 * RATE,
+                len: 2 * RATE,
+            },
+            Piece {
+                at: 2 * RATE + RATE * 3 / 10,
+                start: 40 * RATE,
+                len: RATE,
+            },
+        ];
+        let t = Transcript {
+            text: "Hello there. Yes.".into(),
+            start: 0.1,
+            end: 2.8,
+            confidence: 0.8,
+            avg_logprob: -0.2,
+            no_speech_prob: 0.01,
+            words: vec![
+                word("Hello", 0.1, 0.5),
+                word("there.", 0.6, 1.9),
+                // In the gap, nearer the second utterance.
+                word("Yes.", 2.25, 2.8),
+            ],
+        };
+        let segments = split_window(1, &pieces, t);
+        assert_eq!(segments.len(), 2);
+        assert_eq!(segments[0].text, "Hello there.");
+        assert_eq!((segments[0].start, segments[0].end), (10.0, 12.0));
+        assert!((segments[0].words[0].start - 10.1).abs() < 1e-9);
+        assert_eq!(segments[1].text, "Yes.");
+        assert_eq!(segments[1].channel, 1);
+        assert_eq!((segments[1].start, segments[1].end), (40.0, 41.0));
+        // 2.25 s in the window is 0.05 s before the utterance: clamped to its start.
+        assert_eq!(segments[1].words[0].start, 40.0);
+        assert!((segments[1].words[0].end - 40.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_window_without_word_timings_stays_one_segment() {
+        let pieces = [
+            Piece {
+                at: 0,
+                start: 0,
+                len: RATE,
+            },
+            Piece {
+                at: RATE * 13 / 10,
+                start: 5 * RATE,
+                len: RATE,
+            },
+        ];
+        let t = Transcript {
+            text: "One. Two.".into(),
+            start: 0.0,
+            end: 2.3,
+            confidence: 0.7,
+            avg_logprob: -0.3,
+            no_speech_prob: 0.0,
+            words: Vec::new(),
+        };
+        let segments = split_window(0, &pieces, t);
+        assert_eq!(segments.len(), 1);
+        assert_eq!((segments[0].start, segments[0].end), (0.0, 6.0));
+        assert_eq!(segments[0].text, "One. Two.");
+    }
 }
