@@ -140,6 +140,10 @@ pub struct LlmConfig {
     pub context_tokens: u32,
     /// Requests that may wait for the embedded model.
     pub queue: usize,
+    /// Evaluated prompts the embedded model keeps for reuse, besides the one in its context.
+    pub prefix_cache_entries: usize,
+    /// Memory those kept prompts may take, MiB.
+    pub prefix_cache_mb: usize,
     /// Most model calls per chat turn with tools.
     pub max_tool_iterations: usize,
     /// Timeout of each MCP step, in milliseconds.

@@ -6,6 +6,7 @@ mod common;
 
 use callstream::llm::embedded::{EmbeddedConfig, EmbeddedLlm};
 use callstream::llm::profiles::{analyse, intent_labels, ProfileKind};
+use callstream::llm::Provider;
 
 const TRANSCRIPT: &str = "Agent: Thanks for calling Acme Software, how can I help?
 Customer: Hi, I'm the operations director at Northwind. We're looking to replace our call center software.
@@ -24,6 +25,8 @@ fn model() -> EmbeddedLlm {
             threads: 2,
             context_tokens: 4096,
             queue: 4,
+            prefix_cache_entries: 4,
+            prefix_cache_bytes: 256 << 20,
         },
     )
     .unwrap()
@@ -98,5 +101,64 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim() {
             "timeline",
             "priority",
         ],
+    );
+}
+
+/// Prompt tokens the model evaluated for one analysis (the rest it reused).
+async fn evaluated_for(llm: &EmbeddedLlm, kind: ProfileKind, transcript: &str) -> (u64, u64) {
+    let before = llm.prompt_stats();
+    let (_, usage) = analyse(llm, kind, transcript).await.unwrap();
+    let after = llm.prompt_stats();
+    assert_eq!(
+        after.evaluated - before.evaluated + after.reused - before.reused,
+        usage.prompt_tokens
+    );
+    (after.evaluated - before.evaluated, usage.prompt_tokens)
+}
+
+#[tokio::test]
+async fn evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_only_where_new() {
+    let llm = model();
+    llm.warm(callstream::llm::profiles::warm_up_messages());
+    // With the intent prompt evaluated ahead, the first intent analysis evaluates only the
+    // transcript.
+    let (first, prompt) = evaluated_for(&llm, ProfileKind::Intent, TRANSCRIPT).await;
+    assert!(
+        first <= TRANSCRIPT.len() as u64 + 16,
+        "{first} of {prompt} evaluated"
+    );
+    // Another profile (another system prompt) takes the context; the intent analysis of the
+    // same transcript afterwards is found kept and evaluates next to nothing.
+    evaluated_for(&llm, ProfileKind::Bant, TRANSCRIPT).await;
+    let (again, prompt) = evaluated_for(&llm, ProfileKind::Intent, TRANSCRIPT).await;
+    assert!(again <= 16, "{again} of {prompt} evaluated");
+    // A live call whose transcript grows, while another conversation uses the model between
+    // its analyses: only the new lines are evaluated.
+    let lines: Vec<&str> = TRANSCRIPT.lines().collect();
+    let early = lines[..4].join("\n") + "\n";
+    let later = lines.join("\n") + "\n";
+    evaluated_for(&llm, ProfileKind::Intent, &early).await;
+    let chat = callstream::llm::Generation {
+        messages: vec![
+            callstream::llm::Message::new(callstream::llm::Role::System, "You are terse."),
+            callstream::llm::Message::new(
+                callstream::llm::Role::User,
+                "Name three colours. ".repeat(20),
+            ),
+        ],
+        tools: Vec::new(),
+        sampling: callstream::llm::Sampling {
+            max_tokens: 8,
+            temperature: 0.0,
+            ..Default::default()
+        },
+        json_schema: None,
+    };
+    llm.generate(chat, None).await.unwrap();
+    let new_bytes = (later.len() - early.len()) as u64;
+    let (evaluated, prompt) = evaluated_for(&llm, ProfileKind::Intent, &later).await;
+    assert!(
+        evaluated <= new_bytes + 16,
+        "{evaluated} of {prompt} evaluated, {new_bytes} bytes new"
     );
 }

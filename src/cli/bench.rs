@@ -45,6 +45,10 @@ pub enum BenchCommand {
         /// Also run faster-whisper (installed by scripts/setup.sh --bench).
         #[arg(long)]
         faster_whisper: bool,
+        /// Instead of --audio, the calls of a labelled set (calls.txt and call-NN.flac) back to
+        /// back, whose written dialogues are the reference: correct words and WER are reported.
+        #[arg(long)]
+        set: Option<PathBuf>,
     },
     /// Added latency and throughput of REST chat on the upstream path, against a local
     /// provider stand-in that answers at once.
@@ -68,12 +72,46 @@ pub enum BenchCommand {
         /// Latency target the summary line checks p95 against, in seconds.
         #[arg(long, default_value_t = 2.0)]
         target: f64,
+        /// Every call plays the recording from its start (calls start within one second, so
+        /// their utterances end together: the worst burst). By default call i of N starts i/N
+        /// of the way into the recording and wraps around, as independent calls do.
+        #[arg(long)]
+        lockstep: bool,
     },
     /// Time to first delta and tokens per second of the configured language model.
     Llm {
         /// Generations to time.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+    },
+    /// Intent, BANT and NEAT-P analyses with the configured model: intent top-1, status
+    /// accuracy and verbatim evidence on a labelled set of calls, then the time of the three
+    /// analyses of a long call and of a live call's intent as its transcript grows.
+    Analysis {
+        /// The labelled set (calls.txt and the recordings built from it).
+        #[arg(long, default_value = "fixtures/analysis")]
+        set: PathBuf,
+        /// Analyse the written dialogues instead of transcribing the recordings.
+        #[arg(long)]
+        text: bool,
+        /// Only the first N calls of the set.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Skip the labelled set.
+        #[arg(long)]
+        no_quality: bool,
+        /// Skip the long call.
+        #[arg(long)]
+        no_speed: bool,
+        /// The long call.
+        #[arg(long, default_value = "fixtures/genesys-test-transcript-connector.wav")]
+        audio: PathBuf,
+        /// Times the long call is played back to back (9 gives 10.6 minutes).
+        #[arg(long, default_value_t = 9)]
+        repeat: usize,
+        /// Seconds into the live call at which its intent is asked, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "60,120,180,240,300")]
+        live_at: Vec<u64>,
     },
 }
 
@@ -90,17 +128,47 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             concurrency,
         } => gateway(config, requests, concurrency),
         BenchCommand::Llm { runs } => llm(config, runs),
+        BenchCommand::Analysis {
+            set,
+            text,
+            limit,
+            no_quality,
+            no_speed,
+            audio,
+            repeat,
+            live_at,
+        } => super::bench_analysis::bench(
+            config,
+            &super::bench_analysis::Options {
+                set,
+                text,
+                limit,
+                no_quality,
+                long_call: (!no_speed).then_some(audio),
+                repeat,
+                live_at,
+            },
+        ),
         BenchCommand::Files {
             audio,
             repeat,
             language,
             faster_whisper,
-        } => files(config, &audio, repeat, &language, faster_whisper),
+            set,
+        } => files(
+            config,
+            &audio,
+            repeat,
+            &language,
+            faster_whisper,
+            set.as_deref(),
+        ),
         BenchCommand::Calls {
             concurrency,
             audio,
             target,
-        } => calls(config, &concurrency, &audio, target),
+            lockstep,
+        } => calls(config, &concurrency, &audio, target, lockstep),
     }
 }
 
@@ -238,20 +306,53 @@ fn write_wav(path: &std::path::Path, channels: &[Vec<f32>]) -> anyhow::Result<()
 /// optionally through faster-whisper.
 fn files(
     config: &Config,
-    audio: &PathBuf,
+    audio: &std::path::Path,
     repeat: usize,
     language: &str,
     faster_whisper: bool,
+    set: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     use callstream_actors::asr::file::{transcribe_channels, Packing};
-    let ext = audio.extension().map(|e| e.to_string_lossy().into_owned());
-    let decoded = decode(std::fs::read(audio)?, ext.as_deref(), OUTPUT_RATE)
-        .with_context(|| audio.display().to_string())?;
-    let channels: Vec<Vec<f32>> = decoded
-        .channels
-        .iter()
-        .map(|c| c.repeat(repeat.max(1)))
-        .collect();
+    use callstream_actors::asr::wer::correct_words;
+    // The recording, and with a set the reference words of each channel.
+    let (channels, references) = match set {
+        None => (super::bench_analysis::load_audio(audio, repeat)?, None),
+        Some(dir) => {
+            let calls = super::bench_analysis::read_calls(&dir.join("calls.txt"))?;
+            let mut channels: Vec<Vec<f32>> = vec![Vec::new(), Vec::new()];
+            let mut references = vec![String::new(), String::new()];
+            for (n, call) in calls.iter().enumerate() {
+                let path = dir.join(format!("call-{:02}.flac", n + 1));
+                let audio = super::bench_analysis::load_audio(&path, 1)?;
+                anyhow::ensure!(audio.len() == 2, "{}: not stereo", path.display());
+                for (all, one) in channels.iter_mut().zip(audio) {
+                    all.extend(one);
+                }
+                for (customer, said) in &call.turns {
+                    let r = &mut references[usize::from(!customer)];
+                    r.push_str(said);
+                    r.push(' ');
+                }
+            }
+            println!("{} calls of {} back to back", calls.len(), dir.display());
+            (channels, Some(references))
+        }
+    };
+    let score = |name: &str, words_by_channel: &[Vec<String>]| {
+        if let Some(references) = &references {
+            let (mut correct, mut count) = (0, WerCount::default());
+            for (r, h) in references.iter().zip(words_by_channel) {
+                let h = h.join(" ");
+                correct += correct_words(r, &h);
+                count = count + wer(r, &h);
+            }
+            println!(
+                "{name}: {correct} of {} reference words correct, WER {:.1}%",
+                count.reference_words,
+                100.0 * count.rate()
+            );
+        }
+    };
     let secs = channels
         .first()
         .map_or(0.0, |c| c.len() as f64 / OUTPUT_RATE as f64);
@@ -291,7 +392,17 @@ fn files(
             pool.snapshot().batches - before,
             words.len()
         );
-        ours.push((name, words));
+        let by_channel: Vec<Vec<String>> = (0..channels.len())
+            .map(|c| {
+                word_list(
+                    segments
+                        .iter()
+                        .filter(|s| s.channel == c)
+                        .map(|s| s.text.as_str()),
+                )
+            })
+            .collect();
+        ours.push((name, words, by_channel));
     }
     if faster_whisper {
         let dir = std::env::temp_dir().join(format!("callstream-bench-{}", std::process::id()));
@@ -336,14 +447,31 @@ fn files(
             "-",
             fw_words.len()
         );
+        let fw_by_channel: Vec<Vec<String>> = report["channels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                word_list(
+                    c.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|w| w.as_str()),
+                )
+            })
+            .collect();
+        score("faster-whisper", &fw_by_channel);
         let reference = fw_words.join(" ");
-        for (name, words) in &ours {
+        for (name, words, _) in &ours {
             let count = wer(&reference, &words.join(" "));
             println!(
                 "{name}: {:.1}% word difference from faster-whisper's transcript",
                 100.0 * count.rate()
             );
         }
+    }
+    for (name, _, by_channel) in &ours {
+        score(name, by_channel);
     }
     Ok(())
 }
@@ -530,12 +658,48 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// The recording started at the quietest 100 ms within a second of `at` (so no word is cut)
+/// and wrapped around: the same call, its utterances at other moments.
+fn rotate_at_pause(channels: &[Vec<i16>], at: usize) -> Vec<Vec<i16>> {
+    const FRAME: usize = 800;
+    let len = channels.iter().map(Vec::len).min().unwrap_or(0);
+    if at == 0 || len <= 2 * 8000 {
+        return channels.to_vec();
+    }
+    let energy = |from: usize| -> u64 {
+        channels
+            .iter()
+            .map(|c| {
+                c[from..(from + FRAME).min(len)]
+                    .iter()
+                    .map(|&v| u64::from(v.unsigned_abs()))
+                    .sum::<u64>()
+            })
+            .sum()
+    };
+    let lo = at.saturating_sub(8000).min(len - FRAME);
+    let hi = (at + 8000).min(len - FRAME);
+    let cut = (lo..=hi)
+        .step_by(FRAME / 4)
+        .min_by_key(|&from| energy(from))
+        .map_or(at, |from| from + FRAME / 2);
+    channels
+        .iter()
+        .map(|c| {
+            let mut c = c[..len].to_vec();
+            c.rotate_left(cut % len);
+            c
+        })
+        .collect()
+}
+
 /// `bench calls`: N simultaneous real-time calls on loopback, for each N.
 pub fn calls(
     config: &Config,
     levels: &[usize],
     audio: &std::path::Path,
     target: f64,
+    lockstep: bool,
 ) -> anyhow::Result<()> {
     use callstream::callclient::{load_audio, run_call, CallOptions};
     let channels = load_audio(audio).map_err(anyhow::Error::msg)?;
@@ -565,8 +729,13 @@ pub fn calls(
         let server = callstream::server::start(app, "127.0.0.1:0".parse()?).await?;
         let url = format!("ws://{}/api/callstream/ws", server.addr);
         println!(
-            "{:.1} s stereo call per connection, real time, 200 ms PCMU frames; {} ASR workers (beam {}), {} cores",
+            "{:.1} s stereo call per connection, real time, 200 ms PCMU frames, {}; {} ASR workers (beam {}), {} cores",
             audio_secs,
+            if lockstep {
+                "every call from the start (lockstep)"
+            } else {
+                "call i of N from i/N of the way in"
+            },
             config.asr.workers,
             config.asr.beam_size,
             std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -580,7 +749,11 @@ pub fn calls(
             let mut tasks = Vec::new();
             for i in 0..n {
                 let options = CallOptions::new(&url, &connector.client_id, Some(&client_secret));
-                let channels = channels.clone();
+                let channels = if lockstep {
+                    channels.clone()
+                } else {
+                    rotate_at_pause(&channels, channels[0].len() * i / n.max(1))
+                };
                 // Calls start spread over one second, as real ones do not start in lockstep.
                 let delay = std::time::Duration::from_millis((1000 * i / n.max(1)) as u64);
                 tasks.push(tokio::spawn(async move {
@@ -624,4 +797,37 @@ pub fn calls(
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotate_at_pause;
+
+    #[test]
+    fn a_call_is_rotated_at_a_pause_and_keeps_every_sample() {
+        // Two channels of "speech" (a loud pattern) with a silent stretch at 3.0-3.5 s.
+        let mut channels = vec![Vec::new(), Vec::new()];
+        for i in 0..48_000usize {
+            let silent = (24_000..28_000).contains(&i);
+            for (c, ch) in channels.iter_mut().enumerate() {
+                ch.push(if silent {
+                    0
+                } else {
+                    ((i * 37 + c * 11) % 2000) as i16 - 1000
+                });
+            }
+        }
+        let rotated = rotate_at_pause(&channels, 25_000);
+        for (a, b) in channels.iter().zip(&rotated) {
+            assert_eq!(a.len(), b.len());
+            let (mut x, mut y) = (a.clone(), b.clone());
+            x.sort_unstable();
+            y.sort_unstable();
+            assert_eq!(x, y);
+        }
+        // It starts in the pause.
+        assert!(rotated.iter().all(|c| c[0] == 0));
+        // At 0 nothing moves.
+        assert_eq!(rotate_at_pause(&channels, 0), channels);
+    }
 }

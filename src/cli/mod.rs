@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod bench_analysis;
 pub mod call;
 pub mod transcribe;
 

@@ -9,18 +9,28 @@
 //! message inside `<tools>` tags, the model answers a call as `<tool_call>{json}</tool_call>`,
 //! and results go back as `<tool_response>` user turns. While the model's text could still be
 //! the start of a tool call or of a stop string it is held back, so a client never sees markup.
+//!
+//! Evaluated prompts are reused ([`PrefixCache`]): a request evaluates only the tokens after
+//! the longest prefix it shares with the prompt in the context or with a kept snapshot of an
+//! earlier one. The analyses of one transcript share everything up to their short task, a live
+//! call's transcript grows at its end, and a chat gains a turn at a time.
 
+use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
 use super::{
@@ -42,18 +52,39 @@ pub struct EmbeddedConfig {
     pub context_tokens: u32,
     /// Requests that may wait for the model.
     pub queue: usize,
+    /// Snapshots of evaluated prompts kept besides the context's own.
+    pub prefix_cache_entries: usize,
+    /// Memory the snapshots may take, bytes.
+    pub prefix_cache_bytes: usize,
 }
 
 struct Job {
     generation: Generation,
     deltas: Deltas,
-    done: oneshot::Sender<Result<Completion, LlmError>>,
+    /// Where the result goes; `None` for a warm-up, whose result nobody waits for.
+    done: Option<oneshot::Sender<Result<Completion, LlmError>>>,
 }
 
 /// The embedded llama.cpp model behind its queue.
 pub struct EmbeddedLlm {
     jobs: Sender<Job>,
     name: String,
+    stats: Arc<Counters>,
+}
+
+/// Prompt tokens the model evaluated and reused from earlier prompts, since it was loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PromptStats {
+    /// Tokens evaluated.
+    pub evaluated: u64,
+    /// Tokens found already evaluated (in the context or a kept snapshot).
+    pub reused: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    evaluated: AtomicU64,
+    reused: AtomicU64,
 }
 
 impl std::fmt::Debug for EmbeddedLlm {
@@ -75,14 +106,43 @@ impl EmbeddedLlm {
         let (jobs, rx) = bounded::<Job>(config.queue.max(1));
         let (ready_tx, ready_rx) = bounded::<Result<(), LlmError>>(1);
         let path = path.to_owned();
+        let stats = Arc::new(Counters::default());
+        let counters = stats.clone();
         std::thread::Builder::new()
             .name("llm".into())
-            .spawn(move || worker(&path, &config, &rx, &ready_tx))
+            .spawn(move || worker(&path, &config, &rx, &ready_tx, counters))
             .map_err(|e| LlmError::Engine(format!("cannot start the model thread: {e}")))?;
         ready_rx
             .recv()
             .map_err(|_| LlmError::Engine("the model thread died while loading".into()))??;
-        Ok(Self { jobs, name })
+        Ok(Self { jobs, name, stats })
+    }
+
+    /// Prompt tokens evaluated and reused so far.
+    pub fn prompt_stats(&self) -> PromptStats {
+        PromptStats {
+            evaluated: self.stats.evaluated.load(Ordering::Relaxed),
+            reused: self.stats.reused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Evaluates the prompt of `messages` in the background, before any request, so that
+    /// requests starting the same way (the analyses' system prompt) find it evaluated.
+    pub fn warm(&self, messages: Vec<Message>) {
+        let generation = Generation {
+            messages,
+            tools: Vec::new(),
+            sampling: super::Sampling {
+                max_tokens: 0,
+                ..super::Sampling::default()
+            },
+            json_schema: None,
+        };
+        let _ = self.jobs.try_send(Job {
+            generation,
+            deltas: None,
+            done: None,
+        });
     }
 }
 
@@ -97,7 +157,7 @@ impl Provider for EmbeddedLlm {
         match self.jobs.try_send(Job {
             generation,
             deltas,
-            done,
+            done: Some(done),
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(LlmError::Busy),
@@ -120,6 +180,7 @@ fn worker(
     config: &EmbeddedConfig,
     jobs: &Receiver<Job>,
     ready: &Sender<Result<(), LlmError>>,
+    counters: Arc<Counters>,
 ) {
     let loaded = (|| {
         let mut backend = LlamaBackend::init().map_err(engine)?;
@@ -149,6 +210,11 @@ fn worker(
         }
     };
     let _ = ready.send(Ok(()));
+    let mut cache = PrefixCache::new(
+        config.prefix_cache_entries,
+        config.prefix_cache_bytes,
+        counters,
+    );
     for Job {
         generation,
         deltas,
@@ -156,19 +222,29 @@ fn worker(
     } in jobs.iter()
     {
         // A requester that has gone (a REST client that hung up) gets no model time.
-        if done.is_closed() {
+        if done.as_ref().is_some_and(oneshot::Sender::is_closed) {
             continue;
         }
-        let abandoned = || done.is_closed();
+        let abandoned = || done.as_ref().is_some_and(oneshot::Sender::is_closed);
         let result = generate(
             &model,
             &template,
             &mut ctx,
+            &mut cache,
             generation,
             deltas.as_ref(),
             &abandoned,
         );
-        let _ = done.send(result);
+        match done {
+            Some(done) => {
+                let _ = done.send(result);
+            }
+            None => {
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "warming the model up failed");
+                }
+            }
+        }
     }
 }
 
@@ -287,6 +363,7 @@ fn generate(
     model: &LlamaModel,
     template: &LlamaChatTemplate,
     ctx: &mut LlamaContext<'_>,
+    cache: &mut PrefixCache,
     generation: Generation,
     deltas: Option<&tokio::sync::mpsc::Sender<String>>,
     abandoned: &dyn Fn() -> bool,
@@ -306,19 +383,28 @@ fn generate(
     }
     let max_new = (generation.sampling.max_tokens as usize).min(limit - tokens.len() - 1);
 
-    ctx.clear_kv_cache();
+    let started = std::time::Instant::now();
+    let reused = cache.prepare(ctx, &tokens);
     let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
-    for (chunk_index, chunk) in tokens.chunks(PROMPT_CHUNK).enumerate() {
+    for (chunk_index, chunk) in tokens[reused..].chunks(PROMPT_CHUNK).enumerate() {
         batch.clear();
-        let base = chunk_index * PROMPT_CHUNK;
+        let base = reused + chunk_index * PROMPT_CHUNK;
         for (i, &t) in chunk.iter().enumerate() {
             let last = base + i == tokens.len() - 1;
             batch
                 .add(t, (base + i) as i32, &[0], last)
                 .map_err(engine)?;
         }
-        ctx.decode(&mut batch).map_err(engine)?;
+        cache.decode(ctx, &mut batch, chunk)?;
     }
+    tracing::debug!(
+        prompt = tokens.len(),
+        reused,
+        kept = cache.saved.len(),
+        kept_mib = cache.bytes >> 20,
+        ms = started.elapsed().as_millis() as u64,
+        "prompt evaluated"
+    );
 
     let s = &generation.sampling;
     let mut chain = Vec::new();
@@ -386,7 +472,7 @@ fn generate(
         batch.clear();
         batch.add(token, pos, &[0], true).map_err(engine)?;
         pos += 1;
-        ctx.decode(&mut batch).map_err(engine)?;
+        cache.decode(ctx, &mut batch, &[token])?;
     }
     let tail = gate.finish();
     if !tail.is_empty() {
@@ -408,6 +494,175 @@ fn generate(
         },
         finish,
     })
+}
+
+/// Fewest tokens worth keeping a snapshot of, or worth restoring one for.
+const MIN_SNAPSHOT_TOKENS: usize = 64;
+
+/// A saved sequence: the tokens it holds and llama.cpp's state of them.
+struct Snapshot {
+    tokens: Vec<LlamaToken>,
+    prompt_len: usize,
+    state: SeqState,
+}
+
+/// What the model's context holds (sequence 0) and snapshots of earlier prompts, least
+/// recently used first, bounded in count and bytes.
+///
+/// Before a prompt is evaluated, [`PrefixCache::prepare`] finds the longest prefix it shares
+/// with the context or with a snapshot. When a snapshot shares more, the context is saved as
+/// a snapshot (if it holds enough to be worth it) and the snapshot is restored in its place.
+/// When the context is about to lose much of what it holds to an unrelated prompt, it is saved
+/// first. The KV cache past the shared prefix is removed and only the rest is evaluated.
+pub struct PrefixCache {
+    /// The tokens the context holds.
+    live: Vec<LlamaToken>,
+    /// How many of them were the prompt (the rest were generated).
+    prompt_len: usize,
+    saved: VecDeque<Snapshot>,
+    entries: usize,
+    budget: usize,
+    bytes: usize,
+    counters: Arc<Counters>,
+}
+
+impl PrefixCache {
+    fn new(entries: usize, budget: usize, counters: Arc<Counters>) -> Self {
+        Self {
+            counters,
+            live: Vec::new(),
+            prompt_len: 0,
+            saved: VecDeque::new(),
+            entries,
+            budget,
+            bytes: 0,
+        }
+    }
+
+    /// Readies the context for `tokens` and returns how many of them it already holds
+    /// (always fewer than all: the last one is evaluated for its logits).
+    fn prepare(&mut self, ctx: &mut LlamaContext<'_>, tokens: &[LlamaToken]) -> usize {
+        let in_context = common_prefix(&self.live, tokens);
+        let best = self
+            .saved
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, common_prefix(&s.tokens, tokens)))
+            .max_by_key(|&(i, n)| (n, i));
+        let mut reused = in_context;
+        if let Some((i, n)) = best.filter(|&(_, n)| n >= in_context + MIN_SNAPSHOT_TOKENS) {
+            let snapshot = self
+                .saved
+                .remove(i)
+                .expect("index from the iteration above");
+            self.bytes -= snapshot.state.byte_len();
+            self.stash(ctx);
+            ctx.clear_kv_cache();
+            self.live.clear();
+            match ctx.state_seq_set(&snapshot.state, 0) {
+                Ok(()) => {
+                    reused = n;
+                    self.live = snapshot.tokens;
+                    self.prompt_len = snapshot.prompt_len;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a kept prompt could not be restored");
+                    ctx.clear_kv_cache();
+                    reused = 0;
+                }
+            }
+        } else if self.prompt_len.saturating_sub(in_context) >= MIN_SNAPSHOT_TOKENS {
+            // The new prompt leaves the last one well before its end (another transcript, not
+            // another task on the same one): keep the context for its owner's next request.
+            self.stash(ctx);
+        }
+        let reused = reused.min(tokens.len().saturating_sub(1));
+        let removed = ctx
+            .clear_kv_cache_seq(Some(0), Some(reused as u32), None)
+            .unwrap_or(false);
+        let reused = if removed {
+            self.live.truncate(reused);
+            reused
+        } else {
+            ctx.clear_kv_cache();
+            self.live.clear();
+            0
+        };
+        self.prompt_len = tokens.len();
+        self.counters
+            .reused
+            .fetch_add(reused as u64, Ordering::Relaxed);
+        self.counters
+            .evaluated
+            .fetch_add((tokens.len() - reused) as u64, Ordering::Relaxed);
+        reused
+    }
+
+    /// Evaluates `batch`, which adds `tokens` to the context; on failure the context is
+    /// emptied, so that nothing half-evaluated is ever reused.
+    fn decode(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        batch: &mut LlamaBatch<'_>,
+        tokens: &[LlamaToken],
+    ) -> Result<(), LlmError> {
+        match ctx.decode(batch) {
+            Ok(()) => {
+                self.live.extend_from_slice(tokens);
+                Ok(())
+            }
+            Err(e) => {
+                ctx.clear_kv_cache();
+                self.live.clear();
+                self.prompt_len = 0;
+                Err(engine(e))
+            }
+        }
+    }
+
+    /// Saves what the context holds as a snapshot, if it is worth keeping, and drops the
+    /// snapshots it makes redundant and the least recently used past the bounds.
+    fn stash(&mut self, ctx: &LlamaContext<'_>) {
+        if self.entries == 0 || self.live.len() < MIN_SNAPSHOT_TOKENS {
+            return;
+        }
+        let state = match ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
+            Ok(state) if state.byte_len() <= self.budget => state,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "the context could not be saved for reuse");
+                return;
+            }
+        };
+        // A snapshot that this one extends is no longer needed.
+        let live = &self.live;
+        let mut freed = 0;
+        self.saved.retain(|s| {
+            let redundant = live.starts_with(&s.tokens);
+            if redundant {
+                freed += s.state.byte_len();
+            }
+            !redundant
+        });
+        self.bytes -= freed;
+        self.bytes += state.byte_len();
+        self.saved.push_back(Snapshot {
+            tokens: self.live.clone(),
+            prompt_len: self.prompt_len,
+            state,
+        });
+        while self.saved.len() > self.entries || self.bytes > self.budget {
+            match self.saved.pop_front() {
+                Some(old) => self.bytes -= old.state.byte_len(),
+                None => break,
+            }
+        }
+    }
+}
+
+/// How many leading tokens `a` and `b` share.
+fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// A cancellation carries what the prompt and the tokens produced so far cost.

@@ -243,14 +243,21 @@ pub fn build_provider(
     use crate::config::LlmProviderKind;
     let llm = &config.llm;
     Ok(match llm.provider {
-        LlmProviderKind::Embedded => std::sync::Arc::new(embedded::EmbeddedLlm::load(
-            &config.models.llm,
-            embedded::EmbeddedConfig {
-                threads: llm.threads,
-                context_tokens: llm.context_tokens,
-                queue: llm.queue,
-            },
-        )?),
+        LlmProviderKind::Embedded => {
+            let model = embedded::EmbeddedLlm::load(
+                &config.models.llm,
+                embedded::EmbeddedConfig {
+                    threads: llm.threads,
+                    context_tokens: llm.context_tokens,
+                    queue: llm.queue,
+                    prefix_cache_entries: llm.prefix_cache_entries,
+                    prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
+                },
+            )?;
+            // Every analysis starts with the same system prompt: evaluate it now.
+            model.warm(profiles::warm_up_messages());
+            std::sync::Arc::new(model)
+        }
         LlmProviderKind::Upstream => {
             std::sync::Arc::new(upstream::UpstreamLlm::new(upstream::UpstreamConfig {
                 base_url: llm.upstream.base_url.clone(),

@@ -1,7 +1,12 @@
 //! Analysis profiles: intent, BANT and NEAT-P. Each is a prompt and a JSON schema (files in
-//! `src/llm/profiles/`); the model's output is constrained by the schema (a grammar on the
-//! embedded model), so it always parses. Evidence quotes are then checked against the
-//! transcript and any that do not occur in it verbatim are dropped.
+//! `src/llm/profiles/`): the prompt is the system message, the transcript the user message. The
+//! model's output is constrained by the schema (a grammar on the embedded model,
+//! `response_format` upstream), so it always parses. Evidence quotes are then checked against
+//! the transcript and any that do not occur in it verbatim are dropped.
+//!
+//! The embedded model keeps evaluated prompts for reuse (`embedded::PrefixCache`): a profile's
+//! system prompt is evaluated once, and on a live call each `analyze` evaluates only the part of
+//! the transcript that is new since the call's last analysis.
 
 use std::sync::{Arc, OnceLock};
 
@@ -116,19 +121,31 @@ pub async fn analyse(
     kind: ProfileKind,
     transcript: &str,
 ) -> Result<(Value, Usage), LlmError> {
+    analyse_checked(provider, kind, transcript)
+        .await
+        .map(|a| (a.record, a.usage))
+}
+
+/// [`analyse`], also telling how many evidence quotes the model gave and kept.
+pub async fn analyse_checked(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    transcript: &str,
+) -> Result<Analysis, LlmError> {
     let spoken = transcript.lines().any(|l| {
         l.split_once(": ")
             .map_or(!l.trim().is_empty(), |(_, text)| !text.trim().is_empty())
     });
     if !spoken {
-        return Ok((no_speech_record(kind), Usage::default()));
+        return Ok(Analysis {
+            record: no_speech_record(kind),
+            usage: Usage::default(),
+            quotes: Quotes::default(),
+        });
     }
     let profile = profile(kind);
     let generation = Generation {
-        messages: vec![
-            Message::new(Role::System, profile.prompt),
-            Message::new(Role::User, format!("Transcript:\n{transcript}")),
-        ],
+        messages: messages(kind, transcript),
         tools: Vec::new(),
         sampling: Sampling {
             // Enough for the longest record the schema allows (its strings are bounded).
@@ -154,10 +171,52 @@ pub async fn analyse(
             completion.finish
         ))
     })?;
-    if kind != ProfileKind::Intent {
-        verify_evidence(&mut value, transcript);
-    }
-    Ok((value, completion.usage))
+    let quotes = if kind == ProfileKind::Intent {
+        Quotes::default()
+    } else {
+        verify_evidence(&mut value, transcript)
+    };
+    Ok(Analysis {
+        record: value,
+        usage: completion.usage,
+        quotes,
+    })
+}
+
+/// The conversation that asks for analysis `kind` of `transcript`: the profile's prompt, then
+/// the transcript.
+pub fn messages(kind: ProfileKind, transcript: &str) -> Vec<Message> {
+    vec![
+        Message::new(Role::System, profile(kind).prompt),
+        Message::new(Role::User, format!("Transcript:\n{transcript}")),
+    ]
+}
+
+/// The start every intent analysis shares (live calls ask for intents), for warming a model
+/// up: the intent prompt and the transcript's heading.
+pub fn warm_up_messages() -> Vec<Message> {
+    messages(ProfileKind::Intent, "")
+}
+
+/// Evidence quotes of a record: how many the model gave and how many of them occur verbatim
+/// in the transcript (the others are dropped).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotes {
+    /// Quotes the model gave.
+    pub given: usize,
+    /// Of those, quotes found in the transcript.
+    pub verbatim: usize,
+}
+
+/// The result of one analysis.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    /// The record (quotes checked).
+    pub record: Value,
+    /// Tokens spent.
+    pub usage: Usage,
+    /// The evidence quotes, before the check.
+    pub quotes: Quotes,
 }
 
 fn normalise(s: &str) -> String {
@@ -190,23 +249,25 @@ fn strip_label<'a>(s: &'a str, labels: &[String]) -> &'a str {
 /// read `Speaker: text`; a quote that carries a speaker label loses it; runs of white space
 /// count as one space; quote marks around a quote are removed) and writes them in that exact
 /// form, so each is a substring of the transcript text. Confidences are clamped to 0..1; a
-/// criterion marked identified that is left with no evidence becomes partial.
-pub fn verify_evidence(record: &mut Value, transcript: &str) {
+/// criterion marked identified that is left with no evidence becomes partial. Returns how many
+/// quotes there were and how many were kept.
+pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
     let labels = speaker_labels(transcript);
     let spoken: Vec<&str> = transcript
         .lines()
         .map(|l| strip_label(l, &labels))
         .collect();
     let haystack = normalise(&spoken.join(" "));
+    let mut quotes = Quotes::default();
     let Some(criteria) = record.as_object_mut() else {
-        return;
+        return quotes;
     };
     for criterion in criteria.values_mut() {
         let Some(c) = criterion.as_object_mut() else {
             continue;
         };
-        if let Some(Value::Array(quotes)) = c.get_mut("evidence") {
-            let kept: Vec<Value> = quotes
+        if let Some(Value::Array(given)) = c.get_mut("evidence") {
+            let kept: Vec<Value> = given
                 .iter()
                 .filter_map(Value::as_str)
                 .map(|q| {
@@ -217,7 +278,9 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) {
                 .filter(|q| !q.is_empty() && haystack.contains(q.as_str()))
                 .map(Value::from)
                 .collect();
-            *quotes = kept;
+            quotes.given += given.len();
+            quotes.verbatim += kept.len();
+            *given = kept;
         }
         let no_evidence = c
             .get("evidence")
@@ -233,6 +296,7 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) {
             );
         }
     }
+    quotes
 }
 
 /// The intent profile of the language model, as the engine's [`IntentClassifier`].
@@ -351,7 +415,14 @@ mod tests {
             "timeline": {"status": "identified", "summary": "soon", "confidence": 0.5,
                          "evidence": ["next week"]}
         });
-        verify_evidence(&mut record, transcript);
+        let quotes = verify_evidence(&mut record, transcript);
+        assert_eq!(
+            quotes,
+            Quotes {
+                given: 6,
+                verbatim: 2
+            }
+        );
         // A speaker label is not part of what was said: it is removed, and a quote that runs
         // across two speakers' lines is not verbatim.
         assert_eq!(

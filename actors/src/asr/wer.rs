@@ -40,6 +40,25 @@ pub fn wer(reference: &str, hypothesis: &str) -> WerCount {
     }
 }
 
+/// Words of `hypothesis` that are words of `reference` in the same order: the length of the
+/// longest common subsequence of the normalised word lists (the correct words of an alignment).
+pub fn correct_words(reference: &str, hypothesis: &str) -> usize {
+    let (a, b) = (normalise(reference), normalise(hypothesis));
+    let mut prev = vec![0usize; b.len() + 1];
+    let mut cur = vec![0usize; b.len() + 1];
+    for x in &a {
+        for (j, y) in b.iter().enumerate() {
+            cur[j + 1] = if x == y {
+                prev[j] + 1
+            } else {
+                prev[j + 1].max(cur[j])
+            };
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
 fn edit_distance(a: &[String], b: &[String]) -> usize {
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
@@ -205,5 +224,19 @@ mod tests {
             "one million two hundred thirty four thousand five hundred sixty seven"
         );
         assert_eq!(spell(0), "zero");
+    }
+
+    #[test]
+    fn correct_words_are_the_common_subsequence() {
+        assert_eq!(
+            correct_words("the cat sat on the mat", "the cat sat on the mat"),
+            6
+        );
+        assert_eq!(
+            correct_words("the cat sat on the mat", "a cat sat down on mat"),
+            4
+        );
+        assert_eq!(correct_words("one two three", ""), 0);
+        assert_eq!(correct_words("Hello, world!", "hello world"), 2);
     }
 }

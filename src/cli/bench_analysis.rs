@@ -1,0 +1,494 @@
+//! `callstream bench analysis`: quality and speed of the intent, BANT and NEAT-P analyses.
+//!
+//! Quality is measured on a labelled set of calls (`fixtures/analysis/calls.txt` and the
+//! recordings `build.py` made of it): each call is transcribed as `POST /api/transcribe` does
+//! (or, with `--text`, its written dialogue is used) and analysed, and the answers are compared
+//! with the labels. Speed is measured on a long call: the three analyses of its whole
+//! transcript, and the intent analysis of a live call asked at intervals as its transcript
+//! grows, with another call analysed in between each time.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use callstream::config::Config;
+use callstream::llm::profiles::{analyse_checked, Analysis, ProfileKind};
+use callstream::llm::Provider;
+use callstream_actors::asr::file::{transcribe_channels, FileSegment};
+use callstream_actors::asr::pool::AsrPool;
+use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
+use callstream_actors::transcript::{dialogue, speaker_label};
+
+/// Options of `bench analysis`.
+pub struct Options {
+    /// The labelled set.
+    pub set: PathBuf,
+    /// Use the written dialogues instead of transcribing the recordings.
+    pub text: bool,
+    /// Run only the first N calls.
+    pub limit: Option<usize>,
+    /// Skip the quality part.
+    pub no_quality: bool,
+    /// The long call for the speed part; `None` skips it.
+    pub long_call: Option<PathBuf>,
+    /// Times the long call is played back to back.
+    pub repeat: usize,
+    /// Seconds of the live call at which the intent is asked.
+    pub live_at: Vec<u64>,
+}
+
+/// One labelled call.
+#[derive(Debug)]
+pub struct Call {
+    /// Its name in calls.txt.
+    pub id: String,
+    intent: String,
+    bant: Vec<(String, String)>,
+    neat_p: Vec<(String, String)>,
+    /// (is the customer, text)
+    pub turns: Vec<(bool, String)>,
+}
+
+fn parse_fields(spec: &str) -> anyhow::Result<Vec<(String, String)>> {
+    spec.split(',')
+        .map(|f| {
+            f.split_once(':')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .with_context(|| format!("bad field {f:?}"))
+        })
+        .collect()
+}
+
+/// The calls of a set's `calls.txt`, in order (call N is recorded in `call-NN.flac`).
+pub fn read_calls(path: &Path) -> anyhow::Result<Vec<Call>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let mut calls: Vec<Call> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(header) = line.strip_prefix("## ") {
+            let mut parts = header.split('|').map(str::trim);
+            let mut call = Call {
+                id: parts.next().unwrap_or_default().to_owned(),
+                intent: String::new(),
+                bant: Vec::new(),
+                neat_p: Vec::new(),
+                turns: Vec::new(),
+            };
+            for part in parts {
+                match part.split_once('=') {
+                    Some(("intent", v)) => call.intent = v.to_owned(),
+                    Some(("bant", v)) => call.bant = parse_fields(v)?,
+                    Some(("neat_p", v)) => call.neat_p = parse_fields(v)?,
+                    _ => anyhow::bail!("line {}: unknown label {part:?}", n + 1),
+                }
+            }
+            anyhow::ensure!(!call.intent.is_empty(), "line {}: no intent", n + 1);
+            calls.push(call);
+        } else if let Some((who, said)) = line
+            .split_once(": ")
+            .filter(|(w, _)| *w == "C" || *w == "A")
+        {
+            let call = calls
+                .last_mut()
+                .with_context(|| format!("line {}: a turn before any call", n + 1))?;
+            call.turns.push((who == "C", said.trim().to_owned()));
+        }
+    }
+    Ok(calls)
+}
+
+/// The transcript of a recording as the file path builds it: utterances in time order, one
+/// line each, labelled with the channel's role.
+fn transcribe(
+    config: &Config,
+    pool: &AsrPool,
+    channels: &[Vec<f32>],
+) -> anyhow::Result<Vec<FileSegment>> {
+    let mut segments = transcribe_channels(
+        pool,
+        channels,
+        "en",
+        config.vad.config(),
+        config.transcribe.packing(),
+        &mut |_, _| {},
+    )?;
+    segments.sort_by(|a, b| a.start.total_cmp(&b.start));
+    Ok(segments)
+}
+
+fn as_dialogue(config: &Config, segments: &[FileSegment]) -> String {
+    let roles = &config.transcribe.channel_roles;
+    let labels: Vec<String> = segments
+        .iter()
+        .map(|s| {
+            speaker_label(
+                roles
+                    .get(s.channel)
+                    .map_or("speaker", std::string::String::as_str),
+            )
+        })
+        .collect();
+    dialogue(
+        segments
+            .iter()
+            .zip(&labels)
+            .map(|(s, l)| (l.as_str(), s.text.as_str())),
+    )
+}
+
+/// A recording's channels at the engine's rate, played `repeat` times back to back.
+pub fn load_audio(path: &Path, repeat: usize) -> anyhow::Result<Vec<Vec<f32>>> {
+    let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+    let decoded = decode(std::fs::read(path)?, ext.as_deref(), OUTPUT_RATE)
+        .with_context(|| path.display().to_string())?;
+    Ok(decoded
+        .channels
+        .iter()
+        .map(|c| c.repeat(repeat.max(1)))
+        .collect())
+}
+
+struct Timed {
+    analysis: Analysis,
+    secs: f64,
+}
+
+async fn run(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    transcript: &str,
+) -> anyhow::Result<Timed> {
+    let started = Instant::now();
+    let analysis = analyse_checked(provider, kind, transcript).await?;
+    Ok(Timed {
+        analysis,
+        secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Counts of a field-status comparison.
+#[derive(Default)]
+struct Tally {
+    right: usize,
+    total: usize,
+    quotes_given: usize,
+    quotes_verbatim: usize,
+    /// Fields labelled identified that came back identified with a quote.
+    identified_quoted: usize,
+    identified: usize,
+    /// Fields labelled not_found that came back with a status other than not_found.
+    invented: usize,
+    absent: usize,
+}
+
+impl Tally {
+    fn add(&mut self, call: &str, expected: &[(String, String)], analysis: &Analysis) {
+        self.quotes_given += analysis.quotes.given;
+        self.quotes_verbatim += analysis.quotes.verbatim;
+        for (field, status) in expected {
+            let got = &analysis.record[field];
+            let got_status = got["status"].as_str().unwrap_or("?");
+            self.total += 1;
+            if got_status == status {
+                self.right += 1;
+            } else {
+                println!("    {call} {field}: expected {status}, got {got_status} {got}");
+            }
+            if status == "identified" {
+                self.identified += 1;
+                let quoted = got["evidence"].as_array().is_some_and(|e| !e.is_empty());
+                if got_status == "identified" && quoted {
+                    self.identified_quoted += 1;
+                }
+            }
+            if status == "not_found" {
+                self.absent += 1;
+                if got_status != "not_found" {
+                    self.invented += 1;
+                }
+            }
+        }
+    }
+}
+
+fn pct(a: usize, b: usize) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        100.0 * a as f64 / b as f64
+    }
+}
+
+/// Runs the bench.
+pub fn bench(config: &Config, options: &Options) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let provider = callstream::llm::build_provider(config)?;
+    let pool = callstream::speech::start_pool(config, None)?;
+    println!(
+        "model {}; speech {}",
+        provider.name(),
+        config.models.whisper.display()
+    );
+    if !options.no_quality {
+        quality(config, &runtime, provider.as_ref(), &pool, options)?;
+    }
+    if let Some(long) = &options.long_call {
+        speed(config, &runtime, provider.as_ref(), &pool, long, options)?;
+    }
+    Ok(())
+}
+
+fn quality(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    provider: &dyn Provider,
+    pool: &AsrPool,
+    options: &Options,
+) -> anyhow::Result<()> {
+    let mut calls = read_calls(&options.set.join("calls.txt"))?;
+    calls.truncate(options.limit.unwrap_or(usize::MAX));
+    println!(
+        "{} labelled calls from {} ({})",
+        calls.len(),
+        options.set.display(),
+        if options.text {
+            "written dialogues"
+        } else {
+            "transcribed recordings"
+        }
+    );
+    let (mut intent_right, mut intent_top3) = (0, 0);
+    let (mut bant, mut neat_p) = (Tally::default(), Tally::default());
+    let mut times: Vec<(ProfileKind, f64)> = Vec::new();
+    let mut asr_secs = 0.0;
+    for (n, call) in calls.iter().enumerate() {
+        let transcript = if options.text {
+            dialogue(call.turns.iter().map(|(customer, said)| {
+                (if *customer { "Customer" } else { "Agent" }, said.as_str())
+            }))
+        } else {
+            let audio = options.set.join(format!("call-{:02}.flac", n + 1));
+            let started = Instant::now();
+            let segments = transcribe(config, pool, &load_audio(&audio, 1)?)?;
+            asr_secs += started.elapsed().as_secs_f64();
+            as_dialogue(config, &segments)
+        };
+        let intent = runtime.block_on(run(provider, ProfileKind::Intent, &transcript))?;
+        times.push((ProfileKind::Intent, intent.secs));
+        let labels: Vec<&str> = intent.analysis.record["intents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["intent"].as_str())
+            .collect();
+        let top = labels.first().copied().unwrap_or("-");
+        if top == call.intent {
+            intent_right += 1;
+        } else {
+            println!(
+                "  miss {}: expected {}, got {:?} ({})",
+                call.id,
+                call.intent,
+                labels,
+                intent.analysis.record["reasoning"]
+                    .as_str()
+                    .unwrap_or_default()
+            );
+        }
+        if labels.contains(&call.intent.as_str()) {
+            intent_top3 += 1;
+        }
+        if !call.bant.is_empty() {
+            let b = runtime.block_on(run(provider, ProfileKind::Bant, &transcript))?;
+            times.push((ProfileKind::Bant, b.secs));
+            bant.add(&call.id, &call.bant, &b.analysis);
+        }
+        if !call.neat_p.is_empty() {
+            let p = runtime.block_on(run(provider, ProfileKind::NeatP, &transcript))?;
+            times.push((ProfileKind::NeatP, p.secs));
+            neat_p.add(&call.id, &call.neat_p, &p.analysis);
+        }
+    }
+    let mean = |kind: ProfileKind| {
+        let t: Vec<f64> = times
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, s)| *s)
+            .collect();
+        t.iter().sum::<f64>() / t.len().max(1) as f64
+    };
+    println!(
+        "intent top-1          {intent_right}/{} ({:.1}%)",
+        calls.len(),
+        pct(intent_right, calls.len())
+    );
+    println!(
+        "intent in top 3       {intent_top3}/{} ({:.1}%)",
+        calls.len(),
+        pct(intent_top3, calls.len())
+    );
+    for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
+        println!(
+            "{name:<6} status        {}/{} ({:.1}%); identified with a quote {}/{}; invented where absent {}/{}",
+            t.right,
+            t.total,
+            pct(t.right, t.total),
+            t.identified_quoted,
+            t.identified,
+            t.invented,
+            t.absent
+        );
+    }
+    let (given, verbatim) = (
+        bant.quotes_given + neat_p.quotes_given,
+        bant.quotes_verbatim + neat_p.quotes_verbatim,
+    );
+    println!(
+        "evidence verbatim     {verbatim}/{given} ({:.1}%)",
+        pct(verbatim, given)
+    );
+    println!(
+        "mean seconds          intent {:.1}, BANT {:.1}, NEAT-P {:.1}; transcription {:.1} per call",
+        mean(ProfileKind::Intent),
+        mean(ProfileKind::Bant),
+        mean(ProfileKind::NeatP),
+        asr_secs / calls.len().max(1) as f64
+    );
+    Ok(())
+}
+
+fn speed(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    provider: &dyn Provider,
+    pool: &AsrPool,
+    long: &Path,
+    options: &Options,
+) -> anyhow::Result<()> {
+    let channels = load_audio(long, options.repeat)?;
+    let minutes = channels
+        .first()
+        .map_or(0.0, |c| c.len() as f64 / OUTPUT_RATE as f64 / 60.0);
+    let started = Instant::now();
+    let segments = transcribe(config, pool, &channels)?;
+    let transcript = as_dialogue(config, &segments);
+    println!(
+        "long call: {minutes:.1} min, {} utterances, {} words; transcribed in {:.1} s",
+        segments.len(),
+        transcript.split_whitespace().count(),
+        started.elapsed().as_secs_f64()
+    );
+    // Another transcript, analysed between the live call's analyses, so that each of them
+    // starts from a model whose context holds something else.
+    let other = "Customer: Hi, I'd like to know what time your branch opens on Saturday.\n\
+                 Agent: It opens at nine.\n";
+    runtime.block_on(async {
+        let _ = run(provider, ProfileKind::Intent, other).await?;
+        let mut total = 0.0;
+        for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
+            let t = run(provider, kind, &transcript).await?;
+            total += t.secs;
+            println!(
+                "  {kind:?}: {:.1} s ({} prompt tokens, {} generated)",
+                t.secs, t.analysis.usage.prompt_tokens, t.analysis.usage.completion_tokens
+            );
+        }
+        println!("three analyses of the long call: {total:.1} s");
+        println!(
+            "live call, intent asked as the transcript grows (another call analysed in between):"
+        );
+        println!("  at s   utterances  words  seconds");
+        for &at in &options.live_at {
+            let so_far: Vec<FileSegment> = segments
+                .iter()
+                .filter(|s| s.end <= at as f64)
+                .cloned()
+                .collect();
+            let text = as_dialogue(config, &so_far);
+            let t = run(provider, ProfileKind::Intent, &text).await?;
+            println!(
+                "  {at:>4}  {:>10}  {:>5}  {:>7.2}",
+                so_far.len(),
+                text.split_whitespace().count(),
+                t.secs
+            );
+            run(provider, ProfileKind::Intent, other).await?;
+        }
+        Ok::<_, anyhow::Error>(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_labelled_set_is_complete_and_consistent() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
+        let calls = read_calls(&dir.join("calls.txt")).unwrap();
+        let labels = callstream::llm::profiles::intent_labels();
+        // At least 40 calls over the 14 intents, plus 6 sales calls.
+        let sales: Vec<&Call> = calls.iter().filter(|c| !c.bant.is_empty()).collect();
+        assert_eq!(sales.len(), 6);
+        assert!(calls.len() - sales.len() >= 40);
+        for label in &labels {
+            assert!(
+                calls.iter().any(|c| &c.intent == label),
+                "no call for {label}"
+            );
+        }
+        let statuses = ["identified", "partial", "not_found"];
+        for call in &calls {
+            assert!(
+                labels.contains(&call.intent),
+                "{}: {}",
+                call.id,
+                call.intent
+            );
+            assert!(
+                call.turns.iter().any(|(customer, _)| *customer),
+                "{}",
+                call.id
+            );
+            for (fields, expected) in [
+                (&call.bant, vec!["budget", "authority", "need", "timeline"]),
+                (
+                    &call.neat_p,
+                    vec![
+                        "need",
+                        "economic_impact",
+                        "access_to_authority",
+                        "timeline",
+                        "priority",
+                    ],
+                ),
+            ] {
+                if fields.is_empty() {
+                    continue;
+                }
+                let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+                assert_eq!(names, expected, "{}", call.id);
+                assert!(fields.iter().all(|(_, v)| statuses.contains(&v.as_str())));
+            }
+        }
+        // Every status occurs among the sales calls' labels.
+        for status in statuses {
+            assert!(sales
+                .iter()
+                .any(|c| c.bant.iter().chain(&c.neat_p).any(|(_, v)| v == status)));
+        }
+        // Each call has its recording: two channels, the customer on the first.
+        for (n, call) in calls.iter().enumerate() {
+            let audio = load_audio(&dir.join(format!("call-{:02}.flac", n + 1)), 1).unwrap();
+            assert_eq!(audio.len(), 2, "{}", call.id);
+            let energy = |c: &[f32]| c.iter().map(|v| v * v).sum::<f32>();
+            assert!(
+                energy(&audio[0]) > 0.0 && energy(&audio[1]) > 0.0,
+                "{}",
+                call.id
+            );
+        }
+        assert!(!dir
+            .join(format!("call-{:02}.flac", calls.len() + 1))
+            .exists());
+    }
+}
