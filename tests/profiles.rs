@@ -52,12 +52,28 @@ fn check_quotes(record: &serde_json::Value, criteria: &[&str]) {
     }
 }
 
+/// One model per process (llama.cpp's backend is initialised once), so the checks run in one
+/// test, one after the other.
 #[tokio::test]
-async fn intent_bant_and_neat_p_parse_and_quote_verbatim() {
+async fn analyses_on_the_embedded_model() {
     let llm = model();
-    let (intent, usage) = analyse(&llm, ProfileKind::Intent, TRANSCRIPT)
-        .await
-        .unwrap();
+    // The warm-up evaluates the intent prompt before any request.
+    llm.warm(callstream::llm::profiles::warm_up_messages());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while llm.prompt_stats().evaluated == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the warm-up never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    intent_bant_and_neat_p_parse_and_quote_verbatim(&llm).await;
+    evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_only_where_new(&llm)
+        .await;
+}
+
+async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
+    let (intent, usage) = analyse(llm, ProfileKind::Intent, TRANSCRIPT).await.unwrap();
     println!("intent {intent}");
     assert!(usage.total_tokens > 0);
     let labels = intent_labels();
@@ -75,7 +91,7 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim() {
     }
     assert!(intent["reasoning"].is_string());
 
-    let (bant, _) = analyse(&llm, ProfileKind::Bant, TRANSCRIPT).await.unwrap();
+    let (bant, _) = analyse(llm, ProfileKind::Bant, TRANSCRIPT).await.unwrap();
     println!("bant {bant}");
     check_quotes(&bant, &["budget", "authority", "need", "timeline"]);
     assert_eq!(
@@ -90,7 +106,7 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim() {
         .sum();
     assert!(quotes >= 1, "some evidence survives verification");
 
-    let (neat, _) = analyse(&llm, ProfileKind::NeatP, TRANSCRIPT).await.unwrap();
+    let (neat, _) = analyse(llm, ProfileKind::NeatP, TRANSCRIPT).await.unwrap();
     println!("neat_p {neat}");
     check_quotes(
         &neat,
@@ -116,28 +132,27 @@ async fn evaluated_for(llm: &EmbeddedLlm, kind: ProfileKind, transcript: &str) -
     (after.evaluated - before.evaluated, usage.prompt_tokens)
 }
 
-#[tokio::test]
-async fn evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_only_where_new() {
-    let llm = model();
-    llm.warm(callstream::llm::profiles::warm_up_messages());
-    // With the intent prompt evaluated ahead, the first intent analysis evaluates only the
+async fn evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_only_where_new(
+    llm: &EmbeddedLlm,
+) {
+    // The intent prompt is evaluated already: an intent analysis evaluates at most the
     // transcript.
-    let (first, prompt) = evaluated_for(&llm, ProfileKind::Intent, TRANSCRIPT).await;
+    let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, TRANSCRIPT).await;
     assert!(
         first <= TRANSCRIPT.len() as u64 + 16,
         "{first} of {prompt} evaluated"
     );
     // Another profile (another system prompt) takes the context; the intent analysis of the
     // same transcript afterwards is found kept and evaluates next to nothing.
-    evaluated_for(&llm, ProfileKind::Bant, TRANSCRIPT).await;
-    let (again, prompt) = evaluated_for(&llm, ProfileKind::Intent, TRANSCRIPT).await;
+    evaluated_for(llm, ProfileKind::Bant, TRANSCRIPT).await;
+    let (again, prompt) = evaluated_for(llm, ProfileKind::Intent, TRANSCRIPT).await;
     assert!(again <= 16, "{again} of {prompt} evaluated");
     // A live call whose transcript grows, while another conversation uses the model between
     // its analyses: only the new lines are evaluated.
     let lines: Vec<&str> = TRANSCRIPT.lines().collect();
     let early = lines[..4].join("\n") + "\n";
     let later = lines.join("\n") + "\n";
-    evaluated_for(&llm, ProfileKind::Intent, &early).await;
+    evaluated_for(llm, ProfileKind::Intent, &early).await;
     let chat = callstream::llm::Generation {
         messages: vec![
             callstream::llm::Message::new(callstream::llm::Role::System, "You are terse."),
@@ -156,7 +171,7 @@ async fn evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_o
     };
     llm.generate(chat, None).await.unwrap();
     let new_bytes = (later.len() - early.len()) as u64;
-    let (evaluated, prompt) = evaluated_for(&llm, ProfileKind::Intent, &later).await;
+    let (evaluated, prompt) = evaluated_for(llm, ProfileKind::Intent, &later).await;
     assert!(
         evaluated <= new_bytes + 16,
         "{evaluated} of {prompt} evaluated, {new_bytes} bytes new"
