@@ -12,8 +12,8 @@
 //!
 //! Evaluated prompts are reused ([`PrefixCache`]): a request evaluates only the tokens after
 //! the longest prefix it shares with the prompt in the context or with a kept snapshot of an
-//! earlier one. The analyses of one transcript share everything up to their short task, a live
-//! call's transcript grows at its end, and a chat gains a turn at a time.
+//! earlier one. A profile's system prompt is the same for every transcript, a live call's
+//! transcript grows at its end, and a chat gains a turn at a time.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -127,7 +127,7 @@ impl EmbeddedLlm {
     }
 
     /// Evaluates the prompt of `messages` in the background, before any request, so that
-    /// requests starting the same way (the analyses' system prompt) find it evaluated.
+    /// requests starting the same way (an analysis profile's system prompt) find it evaluated.
     pub fn warm(&self, messages: Vec<Message>) {
         let generation = Generation {
             messages,
