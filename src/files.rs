@@ -29,7 +29,7 @@ use callstream_actors::transcript::{dialogue, round3, speaker_label};
 use callstream_actors::usage::{Allowance, UsageError, UsageKind, UsageSource};
 
 use crate::auth::{AuthError, Authenticator, Caller};
-use crate::llm::profiles::{analyse, ProfileKind};
+use crate::llm::profiles::{analyse, Layout, ProfileKind};
 use crate::llm::{LlmError, Provider};
 
 /// One file to transcribe.
@@ -380,7 +380,9 @@ pub async fn transcribe(
                 .zip(&labels)
                 .map(|(s, label)| (label.as_str(), s.text.as_str())),
         );
-        let run = |kind| analyse(llm.as_ref(), kind, &spoken);
+        // Each profile's instructions before the transcript: the layout the labelled set was
+        // measured on (README, Measured; `Layout::TranscriptFirst` is not used yet).
+        let run = |kind| analyse(llm.as_ref(), kind, Layout::InstructionsFirst, &spoken);
         if analyses.intent {
             intent = Some(run(ProfileKind::Intent).await?.0);
         }

@@ -5,7 +5,7 @@
 mod common;
 
 use callstream::llm::embedded::{EmbeddedConfig, EmbeddedLlm};
-use callstream::llm::profiles::{analyse, intent_labels, ProfileKind};
+use callstream::llm::profiles::{analyse, intent_labels, messages, Layout, ProfileKind};
 use callstream::llm::Provider;
 
 const TRANSCRIPT: &str = "Agent: Thanks for calling Acme Software, how can I help?
@@ -68,12 +68,18 @@ async fn analyses_on_the_embedded_model() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     intent_bant_and_neat_p_parse_and_quote_verbatim(&llm).await;
-    evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_only_where_new(&llm)
-        .await;
+    evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
 }
 
 async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
-    let (intent, usage) = analyse(llm, ProfileKind::Intent, TRANSCRIPT).await.unwrap();
+    let (intent, usage) = analyse(
+        llm,
+        ProfileKind::Intent,
+        Layout::TranscriptFirst,
+        TRANSCRIPT,
+    )
+    .await
+    .unwrap();
     println!("intent {intent}");
     assert!(usage.total_tokens > 0);
     let labels = intent_labels();
@@ -91,7 +97,14 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
     }
     assert!(intent["reasoning"].is_string());
 
-    let (bant, _) = analyse(llm, ProfileKind::Bant, TRANSCRIPT).await.unwrap();
+    let (bant, _) = analyse(
+        llm,
+        ProfileKind::Bant,
+        Layout::InstructionsFirst,
+        TRANSCRIPT,
+    )
+    .await
+    .unwrap();
     println!("bant {bant}");
     check_quotes(&bant, &["budget", "authority", "need", "timeline"]);
     assert_eq!(
@@ -106,7 +119,14 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .sum();
     assert!(quotes >= 1, "some evidence survives verification");
 
-    let (neat, _) = analyse(llm, ProfileKind::NeatP, TRANSCRIPT).await.unwrap();
+    let (neat, _) = analyse(
+        llm,
+        ProfileKind::NeatP,
+        Layout::InstructionsFirst,
+        TRANSCRIPT,
+    )
+    .await
+    .unwrap();
     println!("neat_p {neat}");
     check_quotes(
         &neat,
@@ -120,10 +140,15 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
     );
 }
 
-/// Prompt tokens the model evaluated for one analysis (the rest it reused).
-async fn evaluated_for(llm: &EmbeddedLlm, kind: ProfileKind, transcript: &str) -> (u64, u64) {
+/// Prompt tokens the model evaluated for one analysis (the rest it reused), and the prompt's.
+async fn evaluated_for(
+    llm: &EmbeddedLlm,
+    kind: ProfileKind,
+    layout: Layout,
+    transcript: &str,
+) -> (u64, u64) {
     let before = llm.prompt_stats();
-    let (_, usage) = analyse(llm, kind, transcript).await.unwrap();
+    let (_, usage) = analyse(llm, kind, layout, transcript).await.unwrap();
     let after = llm.prompt_stats();
     assert_eq!(
         after.evaluated - before.evaluated + after.reused - before.reused,
@@ -132,27 +157,39 @@ async fn evaluated_for(llm: &EmbeddedLlm, kind: ProfileKind, transcript: &str) -
     (after.evaluated - before.evaluated, usage.prompt_tokens)
 }
 
-async fn evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_only_where_new(
+async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(
     llm: &EmbeddedLlm,
 ) {
-    // The intent prompt is evaluated already: an intent analysis evaluates at most the
-    // transcript.
-    let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, TRANSCRIPT).await;
+    let live = Layout::InstructionsFirst;
+    // The live intent prompt is evaluated already: a live intent analysis evaluates at most
+    // the transcript.
+    let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
     assert!(
         first <= TRANSCRIPT.len() as u64 + 16,
         "{first} of {prompt} evaluated"
     );
-    // Another profile (another system prompt) takes the context; the intent analysis of the
-    // same transcript afterwards is found kept and evaluates next to nothing.
-    evaluated_for(llm, ProfileKind::Bant, TRANSCRIPT).await;
-    let (again, prompt) = evaluated_for(llm, ProfileKind::Intent, TRANSCRIPT).await;
+    // A file's three analyses read the transcript once: after the first, the others evaluate
+    // their instructions only. The transcript has more than one token per five bytes, and
+    // those are reused.
+    let file = Layout::TranscriptFirst;
+    evaluated_for(llm, ProfileKind::Intent, file, TRANSCRIPT).await;
+    for kind in [ProfileKind::Bant, ProfileKind::NeatP] {
+        let (evaluated, prompt) = evaluated_for(llm, kind, file, TRANSCRIPT).await;
+        assert!(
+            prompt - evaluated >= TRANSCRIPT.len() as u64 / 5,
+            "{kind:?}: {evaluated} of {prompt} evaluated"
+        );
+    }
+    // Other prompts took the context; the live intent analysis of the same transcript
+    // afterwards is found kept and evaluates next to nothing.
+    let (again, prompt) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
     assert!(again <= 16, "{again} of {prompt} evaluated");
     // A live call whose transcript grows, while another conversation uses the model between
     // its analyses: only the new lines are evaluated.
     let lines: Vec<&str> = TRANSCRIPT.lines().collect();
     let early = lines[..4].join("\n") + "\n";
     let later = lines.join("\n") + "\n";
-    evaluated_for(llm, ProfileKind::Intent, &early).await;
+    evaluated_for(llm, ProfileKind::Intent, live, &early).await;
     let chat = callstream::llm::Generation {
         messages: vec![
             callstream::llm::Message::new(callstream::llm::Role::System, "You are terse."),
@@ -171,9 +208,24 @@ async fn evaluated_prompts_are_reused_across_requests_and_a_growing_transcript_o
     };
     llm.generate(chat, None).await.unwrap();
     let new_bytes = (later.len() - early.len()) as u64;
-    let (evaluated, prompt) = evaluated_for(llm, ProfileKind::Intent, &later).await;
+    let (evaluated, prompt) = evaluated_for(llm, ProfileKind::Intent, live, &later).await;
     assert!(
         evaluated <= new_bytes + 16,
         "{evaluated} of {prompt} evaluated, {new_bytes} bytes new"
     );
+    // Lines handed over to prepare (as a live call does after its first analyze) are read
+    // while the model is idle: the next analysis evaluates next to nothing.
+    let latest = format!("{later}Agent: Great, I will send a proposal on Friday.\n");
+    let before = llm.prompt_stats();
+    llm.prefill(messages(ProfileKind::Intent, live, &latest));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while llm.prompt_stats() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the prefill never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (evaluated, prompt) = evaluated_for(llm, ProfileKind::Intent, live, &latest).await;
+    assert!(evaluated <= 16, "{evaluated} of {prompt} evaluated");
 }

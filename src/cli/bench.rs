@@ -97,6 +97,11 @@ pub enum BenchCommand {
         /// Only the first N calls of the set.
         #[arg(long)]
         limit: Option<usize>,
+        /// Prompt the set as the service does (each profile's instructions, then the
+        /// transcript) or with the transcript first and each profile's instructions after it
+        /// (one reading of the transcript for the three analyses; not used by the service).
+        #[arg(long, value_enum, default_value_t = super::bench_analysis::SetLayout::Service)]
+        layout: super::bench_analysis::SetLayout,
         /// Skip the labelled set.
         #[arg(long)]
         no_quality: bool,
@@ -132,6 +137,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             set,
             text,
             limit,
+            layout,
             no_quality,
             no_speed,
             audio,
@@ -143,6 +149,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
                 set,
                 text,
                 limit,
+                layout: layout.into(),
                 no_quality,
                 long_call: (!no_speed).then_some(audio),
                 repeat,

@@ -12,8 +12,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use callstream::config::Config;
-use callstream::llm::profiles::{analyse_checked, Analysis, ProfileKind};
+use callstream::llm::profiles::{analyse_checked, messages, Analysis, Layout, ProfileKind};
 use callstream::llm::Provider;
+use callstream::llm::{Generation, Sampling};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::pool::AsrPool;
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
@@ -27,6 +28,8 @@ pub struct Options {
     pub text: bool,
     /// Run only the first N calls.
     pub limit: Option<usize>,
+    /// How the set's analyses are prompted.
+    pub layout: Layout,
     /// Skip the quality part.
     pub no_quality: bool,
     /// The long call for the speed part; `None` skips it.
@@ -35,6 +38,24 @@ pub struct Options {
     pub repeat: usize,
     /// Seconds of the live call at which the intent is asked.
     pub live_at: Vec<u64>,
+}
+
+/// How `bench analysis` prompts the labelled set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SetLayout {
+    /// As the service does: each profile's instructions, then the transcript.
+    Service,
+    /// The transcript first, then each profile's instructions.
+    TranscriptFirst,
+}
+
+impl From<SetLayout> for Layout {
+    fn from(layout: SetLayout) -> Self {
+        match layout {
+            SetLayout::Service => Layout::InstructionsFirst,
+            SetLayout::TranscriptFirst => Layout::TranscriptFirst,
+        }
+    }
 }
 
 /// One labelled call.
@@ -147,6 +168,10 @@ pub fn load_audio(path: &Path, repeat: usize) -> anyhow::Result<Vec<Vec<f32>>> {
         .collect())
 }
 
+/// Seconds before an ask up to which the kept-warm live call's lines were prepared: lines
+/// that became final just before the ask are read with it.
+const LAG_S: f64 = 5.0;
+
 struct Timed {
     analysis: Analysis,
     secs: f64,
@@ -155,10 +180,11 @@ struct Timed {
 async fn run(
     provider: &dyn Provider,
     kind: ProfileKind,
+    layout: Layout,
     transcript: &str,
 ) -> anyhow::Result<Timed> {
     let started = Instant::now();
-    let analysis = analyse_checked(provider, kind, transcript).await?;
+    let analysis = analyse_checked(provider, kind, layout, transcript).await?;
     Ok(Timed {
         analysis,
         secs: started.elapsed().as_secs_f64(),
@@ -247,13 +273,17 @@ fn quality(
     let mut calls = read_calls(&options.set.join("calls.txt"))?;
     calls.truncate(options.limit.unwrap_or(usize::MAX));
     println!(
-        "{} labelled calls from {} ({})",
+        "{} labelled calls from {} ({}, prompted as {})",
         calls.len(),
         options.set.display(),
         if options.text {
             "written dialogues"
         } else {
             "transcribed recordings"
+        },
+        match options.layout {
+            Layout::TranscriptFirst => "transcript, then instructions",
+            Layout::InstructionsFirst => "instructions, then transcript",
         }
     );
     let (mut intent_right, mut intent_top3) = (0, 0);
@@ -272,7 +302,12 @@ fn quality(
             asr_secs += started.elapsed().as_secs_f64();
             as_dialogue(config, &segments)
         };
-        let intent = runtime.block_on(run(provider, ProfileKind::Intent, &transcript))?;
+        let intent = runtime.block_on(run(
+            provider,
+            ProfileKind::Intent,
+            options.layout,
+            &transcript,
+        ))?;
         times.push((ProfileKind::Intent, intent.secs));
         let labels: Vec<&str> = intent.analysis.record["intents"]
             .as_array()
@@ -298,12 +333,22 @@ fn quality(
             intent_top3 += 1;
         }
         if !call.bant.is_empty() {
-            let b = runtime.block_on(run(provider, ProfileKind::Bant, &transcript))?;
+            let b = runtime.block_on(run(
+                provider,
+                ProfileKind::Bant,
+                options.layout,
+                &transcript,
+            ))?;
             times.push((ProfileKind::Bant, b.secs));
             bant.add(&call.id, &call.bant, &b.analysis);
         }
         if !call.neat_p.is_empty() {
-            let p = runtime.block_on(run(provider, ProfileKind::NeatP, &transcript))?;
+            let p = runtime.block_on(run(
+                provider,
+                ProfileKind::NeatP,
+                options.layout,
+                &transcript,
+            ))?;
             times.push((ProfileKind::NeatP, p.secs));
             neat_p.add(&call.id, &call.neat_p, &p.analysis);
         }
@@ -382,10 +427,16 @@ fn speed(
     let other = "Customer: Hi, I'd like to know what time your branch opens on Saturday.\n\
                  Agent: It opens at nine.\n";
     runtime.block_on(async {
-        let _ = run(provider, ProfileKind::Intent, other).await?;
+        let _ = run(
+            provider,
+            ProfileKind::Intent,
+            Layout::InstructionsFirst,
+            other,
+        )
+        .await?;
         let mut total = 0.0;
         for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
-            let t = run(provider, kind, &transcript).await?;
+            let t = run(provider, kind, Layout::InstructionsFirst, &transcript).await?;
             total += t.secs;
             println!(
                 "  {kind:?}: {:.1} s ({} prompt tokens, {} generated)",
@@ -396,22 +447,77 @@ fn speed(
         println!(
             "live call, intent asked as the transcript grows (another call analysed in between):"
         );
-        println!("  at s   utterances  words  seconds");
-        for &at in &options.live_at {
-            let so_far: Vec<FileSegment> = segments
-                .iter()
-                .filter(|s| s.end <= at as f64)
-                .cloned()
-                .collect();
-            let text = as_dialogue(config, &so_far);
-            let t = run(provider, ProfileKind::Intent, &text).await?;
-            println!(
-                "  {at:>4}  {:>10}  {:>5}  {:>7.2}",
+        println!("  asked every minute: the call's evaluated prompt is kept from the last ask");
+        println!(
+            "  kept warm: each final line was handed over to prepare (as after a first analyze), \
+             up to {LAG_S} s before the ask"
+        );
+        println!("  at s   utterances  words  asked every minute  kept warm");
+        // The second pass is another call (it opens with a greeting the first has not), so
+        // nothing of the first pass is reused.
+        let greeting = "Agent: Thank you for calling, you are speaking with Sam.\n";
+        let upto = |opening: &str, secs: f64| {
+            let so_far: Vec<FileSegment> =
+                segments.iter().filter(|s| s.end <= secs).cloned().collect();
+            (
                 so_far.len(),
+                format!("{opening}{}", as_dialogue(config, &so_far)),
+            )
+        };
+        for &at in &options.live_at {
+            let (utterances, text) = upto("", at as f64);
+            let every_minute = run(
+                provider,
+                ProfileKind::Intent,
+                Layout::InstructionsFirst,
+                &text,
+            )
+            .await?
+            .secs;
+            run(
+                provider,
+                ProfileKind::Intent,
+                Layout::InstructionsFirst,
+                other,
+            )
+            .await?;
+            // What the intent actor hands over as lines arrive, evaluated as the model does
+            // for a warm-up: the prompt only.
+            let (_, before) = upto(greeting, at as f64 - LAG_S);
+            provider
+                .generate(
+                    Generation {
+                        messages: messages(ProfileKind::Intent, Layout::InstructionsFirst, &before),
+                        tools: Vec::new(),
+                        sampling: Sampling {
+                            max_tokens: 0,
+                            ..Sampling::default()
+                        },
+                        json_schema: None,
+                    },
+                    None,
+                )
+                .await?;
+            run(
+                provider,
+                ProfileKind::Intent,
+                Layout::InstructionsFirst,
+                other,
+            )
+            .await?;
+            let (_, now) = upto(greeting, at as f64);
+            let warm = run(
+                provider,
+                ProfileKind::Intent,
+                Layout::InstructionsFirst,
+                &now,
+            )
+            .await?
+            .secs;
+            println!(
+                "  {at:>4}  {utterances:>10}  {:>5}  {every_minute:>16.2} s  {warm:>7.2} s",
                 text.split_whitespace().count(),
-                t.secs
             );
-            run(provider, ProfileKind::Intent, other).await?;
         }
         Ok::<_, anyhow::Error>(())
     })

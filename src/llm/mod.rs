@@ -282,4 +282,11 @@ pub trait Provider: Send + Sync {
 
     /// Short name for logs (`embedded:qwen2.5...`, `upstream:gpt-4o-mini`).
     fn name(&self) -> &str;
+
+    /// Evaluates the prompt of `messages` ahead of a request expected to start the same way,
+    /// when the model keeps evaluated prompts and has nothing else to do. Nothing for models
+    /// that do not (an upstream server).
+    fn prefill(&self, messages: Vec<Message>) {
+        let _ = messages;
+    }
 }

@@ -119,9 +119,10 @@ pub fn no_speech_record(kind: ProfileKind) -> Value {
 pub async fn analyse(
     provider: &dyn Provider,
     kind: ProfileKind,
+    layout: Layout,
     transcript: &str,
 ) -> Result<(Value, Usage), LlmError> {
-    analyse_checked(provider, kind, transcript)
+    analyse_checked(provider, kind, layout, transcript)
         .await
         .map(|a| (a.record, a.usage))
 }
@@ -130,6 +131,7 @@ pub async fn analyse(
 pub async fn analyse_checked(
     provider: &dyn Provider,
     kind: ProfileKind,
+    layout: Layout,
     transcript: &str,
 ) -> Result<Analysis, LlmError> {
     let spoken = transcript.lines().any(|l| {
@@ -145,7 +147,7 @@ pub async fn analyse_checked(
     }
     let profile = profile(kind);
     let generation = Generation {
-        messages: messages(kind, transcript),
+        messages: messages(kind, layout, transcript),
         tools: Vec::new(),
         sampling: Sampling {
             // Enough for the longest record the schema allows (its strings are bounded).
@@ -183,19 +185,46 @@ pub async fn analyse_checked(
     })
 }
 
-/// The conversation that asks for analysis `kind` of `transcript`: the profile's prompt, then
-/// the transcript.
-pub fn messages(kind: ProfileKind, transcript: &str) -> Vec<Message> {
-    vec![
-        Message::new(Role::System, profile(kind).prompt),
-        Message::new(Role::User, format!("Transcript:\n{transcript}")),
-    ]
+/// Where a prompt puts the transcript: what the model can keep evaluated between requests
+/// depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The profile's instructions, then the transcript. A transcript that grows (a live call)
+    /// only adds tokens at the end, so each analysis evaluates only the new lines.
+    InstructionsFirst,
+    /// A short system prompt every profile shares, the transcript, then the profile's
+    /// instructions. Several analyses of one transcript evaluate it once and each adds only its
+    /// instructions. Measured (`callstream bench analysis --layout transcript-first`), not used
+    /// by the service: the 0.5B no longer finds anything in the transcript this way.
+    TranscriptFirst,
 }
 
-/// The start every intent analysis shares (live calls ask for intents), for warming a model
-/// up: the intent prompt and the transcript's heading.
+/// The system prompt of [`Layout::TranscriptFirst`].
+const SHARED_SYSTEM: &str = "You analyse contact-center conversations. The user gives you a \
+transcript, then a task about it. Answer only with JSON.";
+
+/// The conversation that asks for analysis `kind` of `transcript`.
+pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Message> {
+    let prompt = profile(kind).prompt;
+    match layout {
+        Layout::InstructionsFirst => vec![
+            Message::new(Role::System, prompt),
+            Message::new(Role::User, format!("Transcript:\n{transcript}")),
+        ],
+        Layout::TranscriptFirst => vec![
+            Message::new(Role::System, SHARED_SYSTEM),
+            Message::new(
+                Role::User,
+                format!("Transcript:\n{transcript}\n\nTask, about the transcript above:\n{prompt}"),
+            ),
+        ],
+    }
+}
+
+/// The start every live intent analysis shares, for warming a model up: the intent prompt
+/// and the transcript's heading.
 pub fn warm_up_messages() -> Vec<Message> {
-    messages(ProfileKind::Intent, "")
+    messages(ProfileKind::Intent, Layout::InstructionsFirst, "")
 }
 
 /// Evidence quotes of a record: how many the model gave and how many of them occur verbatim
@@ -315,10 +344,15 @@ impl IntentClassifier for LlmIntent {
     fn classify(&self, transcript: String) -> IntentFuture {
         let provider = self.provider.clone();
         Box::pin(async move {
-            analyse(provider.as_ref(), ProfileKind::Intent, &transcript)
-                .await
-                .map(|(value, _usage)| value)
-                .map_err(|e| e.to_string())
+            analyse(
+                provider.as_ref(),
+                ProfileKind::Intent,
+                Layout::InstructionsFirst,
+                &transcript,
+            )
+            .await
+            .map(|(value, _usage)| value)
+            .map_err(|e| e.to_string())
         })
     }
 }
@@ -349,7 +383,10 @@ mod tests {
     async fn a_transcript_without_speech_gets_the_fixed_record_without_the_model() {
         for transcript in ["", "\n", "Customer: \nAgent:  \n"] {
             for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
-                let (record, usage) = analyse(&Untouchable, kind, transcript).await.unwrap();
+                let (record, usage) =
+                    analyse(&Untouchable, kind, Layout::TranscriptFirst, transcript)
+                        .await
+                        .unwrap();
                 assert_eq!(record, no_speech_record(kind));
                 assert_eq!(usage, Usage::default());
             }
@@ -373,11 +410,14 @@ mod tests {
             5
         );
         // Speech goes to the model.
-        assert!(
-            analyse(&Untouchable, ProfileKind::Intent, "Customer: hello\n")
-                .await
-                .is_err()
-        );
+        assert!(analyse(
+            &Untouchable,
+            ProfileKind::Intent,
+            Layout::InstructionsFirst,
+            "Customer: hello\n",
+        )
+        .await
+        .is_err());
     }
 
     #[test]

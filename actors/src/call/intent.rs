@@ -1,6 +1,10 @@
 //! The intent actor of a call: keeps the call's transcript and runs the intent analysis over
 //! all of it when asked. One run at a time; any number of requests during a run collapse into
 //! exactly one follow-up run, which reads the transcript as it is when that run starts.
+//!
+//! Once a call has asked for its intent, it is likely to ask again: from then on each final
+//! transcript is handed to the classifier to prepare ([`IntentClassifier::prefill`]), so that
+//! the next request finds most of the transcript already read.
 
 use std::sync::Arc;
 
@@ -40,6 +44,8 @@ pub struct IntentState {
     running: bool,
     follow_up: bool,
     runs: u64,
+    /// The client has asked for the intent at least once.
+    asked: bool,
 }
 
 /// The intent actor.
@@ -90,6 +96,7 @@ impl Actor for Intent {
             running: false,
             follow_up: false,
             runs: 0,
+            asked: false,
         })
     }
 
@@ -100,14 +107,22 @@ impl Actor for Intent {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            IntentMsg::Line(at, who, text) => state.lines.push((at, who, text)),
+            IntentMsg::Line(at, who, text) => {
+                state.lines.push((at, who, text));
+                if state.asked {
+                    state.args.classifier.prefill(state.transcript());
+                }
+            }
             IntentMsg::Analyze if state.running => {
                 if state.follow_up {
                     tracing::debug!("analyze coalesced into the pending follow-up run");
                 }
                 state.follow_up = true;
             }
-            IntentMsg::Analyze => state.start(&myself),
+            IntentMsg::Analyze => {
+                state.asked = true;
+                state.start(&myself);
+            }
             IntentMsg::RunDone(result) => {
                 state.running = false;
                 tracing::info!(
@@ -122,5 +137,98 @@ impl Actor for Intent {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::call::IntentFuture;
+
+    /// Answers at once with the lines it was given and records what it is asked to prepare.
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    impl IntentClassifier for Recorder {
+        fn classify(&self, transcript: String) -> IntentFuture {
+            Box::pin(async move { Ok(Value::from(transcript.lines().count())) })
+        }
+
+        fn prefill(&self, transcript: String) {
+            self.0.lock().unwrap().push(transcript);
+        }
+    }
+
+    /// Forwards outcomes to the test.
+    struct Sink;
+
+    impl Actor for Sink {
+        type Msg = IntentOutcome;
+        type State = mpsc::UnboundedSender<IntentOutcome>;
+        type Arguments = mpsc::UnboundedSender<IntentOutcome>;
+
+        async fn pre_start(
+            &self,
+            _: ActorRef<Self::Msg>,
+            tx: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(tx)
+        }
+
+        async fn handle(
+            &self,
+            _: ActorRef<Self::Msg>,
+            message: Self::Msg,
+            tx: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            let _ = tx.send(message);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn after_the_first_analyze_each_line_is_handed_over_to_prepare() {
+        let (tx, mut outcomes) = mpsc::unbounded_channel();
+        let (sink, _) = Actor::spawn(None, Sink, tx).await.unwrap();
+        let prefills = Arc::new(Mutex::new(Vec::new()));
+        let (intent, _) = Actor::spawn(
+            None,
+            Intent,
+            IntentArgs {
+                classifier: Arc::new(Recorder(prefills.clone())),
+                report: sink.get_derived(),
+            },
+        )
+        .await
+        .unwrap();
+        let line = |at: f64, who: &str, text: &str| {
+            intent
+                .cast(IntentMsg::Line(at, who.into(), text.into()))
+                .unwrap();
+        };
+        line(0.5, "Customer", "my router keeps dropping");
+        line(2.0, "Agent", "let me check");
+        intent.cast(IntentMsg::Analyze).unwrap();
+        let first = outcomes.recv().await.unwrap().0.unwrap();
+        assert_eq!(first, Value::from(2));
+        // Nobody asked before: nothing was prepared.
+        assert!(prefills.lock().unwrap().is_empty());
+        // A line that belongs before the last one (another channel, later) goes in time order.
+        line(4.0, "Customer", "since Monday");
+        line(3.0, "Agent", "is the light green");
+        intent.cast(IntentMsg::Analyze).unwrap();
+        assert_eq!(outcomes.recv().await.unwrap().0.unwrap(), Value::from(4));
+        let prefills = prefills.lock().unwrap().clone();
+        assert_eq!(prefills.len(), 2);
+        assert_eq!(
+            prefills[1],
+            "Customer: my router keeps dropping\nAgent: let me check\n\
+             Agent: is the light green\nCustomer: since Monday\n"
+        );
+        intent.stop(None);
+        sink.stop(None);
     }
 }

@@ -13,6 +13,13 @@ pub type IntentFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, St
 pub trait IntentClassifier: Send + Sync + 'static {
     /// Starts a classification.
     fn classify(&self, transcript: String) -> IntentFuture;
+
+    /// Tells the classifier that a classification of a transcript starting with `transcript`
+    /// is likely, so that it can prepare in the background (a language model that keeps
+    /// evaluated prompts evaluates it while idle). Returns at once; the default ignores it.
+    fn prefill(&self, transcript: String) {
+        let _ = transcript;
+    }
 }
 
 /// A call that opened, as observers see it.
