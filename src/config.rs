@@ -102,10 +102,27 @@ pub struct DashboardConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
+    /// Which database holds the service's state.
+    pub backend: StorageBackend,
     /// Directory of the sled database, the generated key and the admin socket.
     pub data_dir: PathBuf,
-    /// Base64 of the 32-byte key that encrypts connector secrets; empty to use a generated one.
+    /// Base64 of the 32-byte key that encrypts connector secrets; empty to use a generated one
+    /// (sled only: instances sharing PostgreSQL must share the key).
     pub secret_key: String,
+    /// PostgreSQL connection URL (`postgres://user:password@host:port/db`) or key=value string.
+    pub postgres_url: String,
+    /// Connections each instance keeps to PostgreSQL at most.
+    pub postgres_pool: usize,
+}
+
+/// `storage.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageBackend {
+    /// sled, embedded in this process: one instance per data directory.
+    Sled,
+    /// PostgreSQL, shared by every instance that points at it.
+    Postgres,
 }
 
 /// `[models]`.
@@ -394,6 +411,18 @@ impl Config {
             return Err(invalid(
                 "llm.provider is \"upstream\": set llm.upstream.base_url and llm.upstream.model"
                     .into(),
+            ));
+        }
+        if !(1..=1_000).contains(&self.storage.postgres_pool) {
+            return Err(invalid(
+                "storage.postgres_pool must be between 1 and 1000".into(),
+            ));
+        }
+        if self.storage.backend == StorageBackend::Postgres
+            && self.storage.postgres_url.trim().is_empty()
+        {
+            return Err(invalid(
+                "storage.backend is \"postgres\": set storage.postgres_url".into(),
             ));
         }
         if self.llm.context_tokens < 512 || self.llm.threads == 0 {

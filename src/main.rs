@@ -56,6 +56,9 @@ enum Command {
     /// Measure performance.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
+    /// Prepare or move the database (sled or PostgreSQL).
+    #[command(subcommand)]
+    Store(cli::store::StoreCommand),
 }
 
 #[derive(Subcommand)]
@@ -259,6 +262,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Transcribe(args) => return cli::transcribe::run(&config, args, cli.json),
         Command::Call(_) => unreachable!("handled before the configuration is loaded"),
         Command::Bench(command) => return cli::bench::run(&config, command),
+        Command::Store(command) => return cli::store::run(&config, command, cli.json),
     };
     let response = AdminClient::connect(Arc::new(config))?.execute(request)?;
     if cli.json {

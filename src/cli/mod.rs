@@ -4,6 +4,7 @@ pub mod admin;
 pub mod bench;
 pub mod bench_analysis;
 pub mod call;
+pub mod store;
 pub mod transcribe;
 
 /// `12.345` seconds as `00:00:12.345`.

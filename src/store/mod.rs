@@ -1,13 +1,20 @@
-//! Persistent state: organisations, API keys, connectors and the usage ledger, behind the
-//! [`Store`] trait so that another backend (PostgreSQL, for several nodes) can replace sled.
+//! Persistent state: organisations, API keys, connectors, dashboard users and the usage
+//! ledger, behind the [`Store`] trait: sled embedded in one process (the default), or
+//! PostgreSQL shared by several instances (`storage.backend = "postgres"`).
 //!
 //! Secrets never reach a store in plain text: API keys arrive as SHA-256 hashes, and connector
 //! client secrets and MCP headers are sealed with [`crypto::SecretBox`] before they are written.
 //! Usage events are appended to a ledger; per-day totals are kept beside it in the same
 //! transaction, so quota questions are answered without scanning the ledger.
 
+pub mod copy;
 pub mod crypto;
+pub mod postgres;
 pub mod sled;
+#[cfg(test)]
+mod suite;
+#[cfg(test)]
+pub(crate) mod testpg;
 
 use std::collections::BTreeMap;
 
@@ -15,10 +22,11 @@ use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
+pub use self::postgres::PgStore;
 pub use self::sled::SledStore;
 pub use crypto::SecretBox;
 
-/// Why the store of a data directory could not be opened.
+/// Why the configured store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// The data directory could not be created.
@@ -27,22 +35,53 @@ pub enum OpenError {
     /// The encryption key is unusable.
     #[error(transparent)]
     Key(#[from] crypto::KeyError),
+    /// The configuration does not say enough to open the store.
+    #[error("{0}")]
+    Config(String),
     /// The database could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// Opens the store of `storage`'s data directory, creating it on first use.
+/// Opens the store `storage` configures, creating it (or bringing its schema up to date) on
+/// first use. The data directory is created in either case: it holds the admin socket.
 pub fn open(
     storage: &crate::config::StorageConfig,
 ) -> Result<std::sync::Arc<dyn Store>, OpenError> {
+    use crate::config::StorageBackend;
     let dir = &storage.data_dir;
     let data_dir_error = |e| OpenError::DataDir(dir.display().to_string(), e);
     std::fs::create_dir_all(dir).map_err(data_dir_error)?;
-    let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
-    let store = SledStore::open(dir, secrets)?;
+    let store: std::sync::Arc<dyn Store> = match storage.backend {
+        StorageBackend::Sled => {
+            let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
+            std::sync::Arc::new(SledStore::open(dir, secrets)?)
+        }
+        StorageBackend::Postgres => {
+            if storage.postgres_url.trim().is_empty() {
+                return Err(OpenError::Config(
+                    "storage.backend is \"postgres\" but storage.postgres_url is empty".into(),
+                ));
+            }
+            // Every instance must open the secrets the others sealed: a key generated into
+            // one machine's data directory would not do.
+            if storage.secret_key.trim().is_empty() {
+                return Err(OpenError::Config(
+                    "storage.backend is \"postgres\": set storage.secret_key (base64 of 32 \
+                     bytes, the same on every instance; CALLSTREAM_STORAGE__SECRET_KEY)"
+                        .into(),
+                ));
+            }
+            let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
+            std::sync::Arc::new(PgStore::open(
+                &storage.postgres_url,
+                storage.postgres_pool,
+                secrets,
+            )?)
+        }
+    };
     restrict(dir).map_err(data_dir_error)?;
-    Ok(std::sync::Arc::new(store))
+    Ok(store)
 }
 
 /// Makes the data directory its owner's alone: directories 0700, files 0600 (a directory made
@@ -211,6 +250,8 @@ pub trait Store: UsageSink + Send + Sync + 'static {
     fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError>;
     /// A dashboard user by email.
     fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError>;
+    /// All dashboard users, oldest first.
+    fn users(&self) -> Result<Vec<DashboardUser>, StoreError>;
     /// Adds an organisation; its id must be new.
     fn insert_org(&self, org: &Org) -> Result<(), StoreError>;
     /// Replaces an existing organisation.
@@ -269,4 +310,26 @@ pub fn new_id(prefix: &str, bytes: usize) -> String {
         id.push_str(&format!("{b:02x}"));
     }
     id
+}
+
+/// The ledger sequence of a live call's running total: stable for the call, top bit set (so it
+/// never meets a generated one).
+pub(crate) fn call_seq(call_id: &str) -> u64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(call_id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first) | (1 << 63)
+}
+
+/// The 32 bytes of a 64-hex-digit SHA-256.
+pub(crate) fn hex_to_hash(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }

@@ -1,0 +1,110 @@
+//! `callstream store`: bring a PostgreSQL schema up to date, and move an installation between
+//! sled and PostgreSQL.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Subcommand;
+
+use callstream::config::{Config, StorageBackend};
+use callstream::store::{self, PgStore, SecretBox, SledStore, Store};
+
+/// `callstream store ...`
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Create or update the configured PostgreSQL schema (the service also does this at
+    /// start); nothing to do for sled.
+    Migrate,
+    /// Copy everything from one store into another, empty one: organisations, keys,
+    /// connectors (secrets sealed again with the target's key), dashboard users and the usage
+    /// ledger. Stop the service that uses the source first.
+    Copy {
+        /// `sled:DATA_DIR` (a data directory) or `postgres:URL`.
+        #[arg(long)]
+        from: Location,
+        /// `sled:DATA_DIR` or `postgres:URL`.
+        #[arg(long)]
+        to: Location,
+    },
+}
+
+/// Where a store is.
+#[derive(Clone, Debug)]
+pub enum Location {
+    /// The sled database of a data directory.
+    Sled(PathBuf),
+    /// A PostgreSQL database.
+    Postgres(String),
+}
+
+impl std::str::FromStr for Location {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            Some(("sled", path)) if !path.is_empty() => Ok(Location::Sled(path.into())),
+            Some(("postgres", url)) if !url.is_empty() => Ok(Location::Postgres(url.into())),
+            _ => Err(format!("{s:?} is neither sled:DATA_DIR nor postgres:URL")),
+        }
+    }
+}
+
+/// Opens a store at `location` with the secret key of `config` (for sled without a
+/// configured key: the key file of that data directory, which a source must already have).
+fn open(config: &Config, location: &Location, source: bool) -> anyhow::Result<Arc<dyn Store>> {
+    let key = &config.storage.secret_key;
+    Ok(match location {
+        Location::Sled(dir) => {
+            if source && !dir.join(store::sled::DB_DIR).is_dir() {
+                anyhow::bail!("{} holds no sled database", dir.display());
+            }
+            std::fs::create_dir_all(dir)?;
+            let secrets = SecretBox::from_config(key, dir)?;
+            Arc::new(SledStore::open(dir, secrets)?)
+        }
+        Location::Postgres(url) => {
+            if key.trim().is_empty() {
+                anyhow::bail!(
+                    "set storage.secret_key (CALLSTREAM_STORAGE__SECRET_KEY) to the key the \
+                     PostgreSQL instances use: base64 of 32 bytes"
+                );
+            }
+            let secrets = SecretBox::from_config(key, &config.storage.data_dir)?;
+            Arc::new(PgStore::open(url, 2, secrets)?)
+        }
+    })
+}
+
+/// Runs a `store` subcommand.
+pub fn run(config: &Config, command: StoreCommand, json: bool) -> anyhow::Result<()> {
+    match command {
+        StoreCommand::Migrate => {
+            if config.storage.backend == StorageBackend::Sled {
+                println!("storage.backend is sled: nothing to migrate");
+                return Ok(());
+            }
+            store::open(&config.storage)?;
+            let latest = store::postgres::MIGRATIONS.last().map_or(0, |m| m.0);
+            println!("PostgreSQL schema at version {latest}");
+        }
+        StoreCommand::Copy { from, to } => {
+            let source = open(config, &from, true)?;
+            let target = open(config, &to, false)?;
+            let report = store::copy::copy(&*source, &*target)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "copied {} organisations, {} API keys, {} connectors, {} dashboard users, \
+                     {} ledger rows",
+                    report.orgs,
+                    report.api_keys,
+                    report.connectors,
+                    report.users,
+                    report.usage_events
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Moving an installation between stores: `callstream store copy --from sled:PATH --to
+//! postgres:URL` (either direction).
+//!
+//! Everything is read through the source's [`Store`] and written through the target's, so
+//! secrets are opened with the source's key and sealed again with the target's, and the
+//! target's day totals are rebuilt from the ledger it is given. The target must be empty: a
+//! copy never merges into (or doubles) an installation that is already in use.
+
+use callstream_actors::usage::UsageEvent;
+use serde::Serialize;
+
+use super::{Store, StoreError};
+
+/// What a copy moved.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct CopyReport {
+    /// Organisations, deleted ones included.
+    pub orgs: usize,
+    /// API keys, revoked ones included.
+    pub api_keys: usize,
+    /// Connectors with their secrets.
+    pub connectors: usize,
+    /// Dashboard users.
+    pub users: usize,
+    /// Ledger rows: charges and live calls' running totals.
+    pub usage_events: usize,
+}
+
+/// Why a copy did not start or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The target already holds data.
+    #[error("the target store is not empty ({0}); copy only into a new database")]
+    TargetNotEmpty(String),
+    /// Reading or writing failed; what was written so far stays in the target.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Live calls' running totals are written in batches of this many.
+const CHECKPOINT_BATCH: usize = 500;
+
+/// Copies everything `from` holds into the empty `to`.
+pub fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyError> {
+    let existing_orgs = to.orgs()?.len();
+    let existing_users = to.users()?.len();
+    if existing_orgs > 0 || existing_users > 0 {
+        return Err(CopyError::TargetNotEmpty(format!(
+            "{existing_orgs} organisations, {existing_users} dashboard users"
+        )));
+    }
+    let usage = |e: callstream_actors::usage::UsageError| StoreError::Backend(e.to_string());
+    let mut report = CopyReport::default();
+    for org in from.orgs()? {
+        to.insert_org(&org)?;
+        report.orgs += 1;
+        for key in from.api_keys(&org.id)? {
+            to.insert_api_key(&key)?;
+            report.api_keys += 1;
+        }
+        for connector in from.connectors(&org.id)? {
+            let Some((connector, secret)) = from.connector(&connector.client_id)? else {
+                continue;
+            };
+            to.insert_connector(&connector, &secret)?;
+            report.connectors += 1;
+        }
+        let mut running: Vec<UsageEvent> = Vec::new();
+        for event in from.usage_events(&org.id, i64::MIN, i64::MAX)? {
+            report.usage_events += 1;
+            if event.call_id.is_some() {
+                running.push(event);
+                if running.len() == CHECKPOINT_BATCH {
+                    to.checkpoint(&running).map_err(usage)?;
+                    running.clear();
+                }
+            } else {
+                to.record(&event).map_err(usage)?;
+            }
+        }
+        to.checkpoint(&running).map_err(usage)?;
+    }
+    for user in from.users()? {
+        to.insert_user(&user)?;
+        report.users += 1;
+    }
+    Ok(report)
+}

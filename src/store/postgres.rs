@@ -1,0 +1,856 @@
+//! The shared [`Store`] on PostgreSQL, for several instances of the service behind one load
+//! balancer.
+//!
+//! The schema is versioned: [`MIGRATIONS`] are applied in order at open (one instance at a
+//! time, under an advisory lock) and recorded in `schema_migrations`; a database written by a
+//! newer version is refused rather than guessed at. Secrets are sealed exactly as in the
+//! embedded store, with `storage.secret_key`, which every instance must share.
+//!
+//! The [`Store`] trait is synchronous (the embedded store answers in microseconds), so calls
+//! here block: on a multi-threaded tokio runtime they run under `block_in_place`, which lets
+//! the runtime move its other tasks to another worker meanwhile. Connections come from a small
+//! pool; each keeps its prepared statements.
+//!
+//! A charge is committed (PostgreSQL's `synchronous_commit`, on by default) before `record`
+//! returns; the ledger row and its day total change in one transaction.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
+use postgres::error::SqlState;
+use postgres::{Client, GenericClient, NoTls, Row, Statement};
+
+use super::{
+    call_seq, hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org,
+    SecretBox, Store, StoreError,
+};
+use crate::clock;
+
+/// Schema versions in order: (version, what it does, SQL).
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "organisations, keys, connectors, dashboard users, usage ledger and day totals",
+    include_str!("migrations/0001_initial.sql"),
+)];
+
+/// Key of the advisory lock that serialises migrations between instances starting together.
+const MIGRATION_LOCK: i64 = 0x6361_6c6c_7374_726d; // "callstrm"
+
+/// A pooled connection idle longer than this is checked before use (the server may have
+/// restarted, or a proxy dropped it).
+const CHECK_AFTER_IDLE: Duration = Duration::from_secs(30);
+
+/// [`Store`] on a PostgreSQL database.
+pub struct PgStore {
+    pool: Pool,
+    secrets: SecretBox,
+}
+
+fn backend(e: postgres::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn is_unique_violation(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+/// Runs blocking database work from whatever thread calls: directly on a plain thread, under
+/// `block_in_place` on a multi-threaded runtime, and on a scoped thread of its own on a
+/// current-thread runtime (where the client's own runtime may not be entered).
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Err(_) => f(),
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| match s.spawn(f).join() {
+            Ok(value) => value,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }),
+    }
+}
+
+/// One pooled connection and the statements prepared on it.
+struct Conn {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+    idle_since: Instant,
+}
+
+impl Conn {
+    fn statement(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Option<Row>, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.client.query_opt(&statement, params)
+    }
+
+    fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.client.query(&statement, params)
+    }
+}
+
+struct PoolState {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+/// Connections to one database, at most `size` open at once; a caller waits up to
+/// `wait` for one to come free.
+struct Pool {
+    config: postgres::Config,
+    size: usize,
+    wait: Duration,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state
+            .lock()
+            .expect("pool lock is never poisoned: no panics while held")
+    }
+
+    fn take(&self) -> Result<Conn, StoreError> {
+        let deadline = Instant::now() + self.wait;
+        let mut state = self.lock();
+        loop {
+            if let Some(mut conn) = state.idle.pop() {
+                drop(state);
+                if conn.idle_since.elapsed() < CHECK_AFTER_IDLE
+                    || conn.client.is_valid(Duration::from_secs(2)).is_ok()
+                {
+                    return Ok(conn);
+                }
+                // Gone stale: replace it.
+                state = self.lock();
+                state.open -= 1;
+                continue;
+            }
+            if state.open < self.size {
+                state.open += 1;
+                drop(state);
+                return match self.config.connect(NoTls) {
+                    Ok(client) => Ok(Conn {
+                        client,
+                        statements: HashMap::new(),
+                        idle_since: Instant::now(),
+                    }),
+                    Err(e) => {
+                        self.lock().open -= 1;
+                        self.freed.notify_one();
+                        Err(StoreError::Backend(format!(
+                            "cannot connect to PostgreSQL: {e}"
+                        )))
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::Backend(format!(
+                    "all {} PostgreSQL connections stayed busy for {} ms",
+                    self.size,
+                    self.wait.as_millis()
+                )));
+            }
+            state = self
+                .freed
+                .wait_timeout(state, deadline - now)
+                .expect("pool lock is never poisoned: no panics while held")
+                .0;
+        }
+    }
+
+    fn give_back(&self, mut conn: Conn) {
+        let mut state = self.lock();
+        if conn.client.is_closed() {
+            state.open -= 1;
+        } else {
+            conn.idle_since = Instant::now();
+            state.idle.push(conn);
+        }
+        drop(state);
+        self.freed.notify_one();
+    }
+
+    /// Runs `f` on a pooled connection, off the async runtime.
+    fn with<T: Send>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send,
+    ) -> Result<T, StoreError> {
+        off_runtime(|| {
+            let mut conn = self.take()?;
+            let result = f(&mut conn);
+            self.give_back(conn);
+            result
+        })
+    }
+}
+
+/// Applies the migrations `client`'s database lacks, one instance at a time; returns the
+/// versions applied.
+pub fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
+    let mut tx = client.transaction().map_err(backend)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .map_err(backend)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version     integer PRIMARY KEY,
+             description text NOT NULL,
+             applied_at  timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .map_err(backend)?;
+    let current: i32 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .map_err(backend)?
+        .get(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(StoreError::Backend(format!(
+            "the database schema is at version {current}, newer than this build knows ({known}); \
+             run the newer callstream against it"
+        )));
+    }
+    let mut applied = Vec::new();
+    for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        tx.batch_execute(sql).map_err(|e| {
+            StoreError::Backend(format!("migration {version} ({description}) failed: {e}"))
+        })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+            &[&version, &description],
+        )
+        .map_err(backend)?;
+        applied.push(version);
+    }
+    tx.commit().map_err(backend)?;
+    Ok(applied)
+}
+
+fn amount_i64(amount: u64) -> i64 {
+    i64::try_from(amount).unwrap_or(i64::MAX)
+}
+
+fn amount_u64(amount: i64) -> u64 {
+    u64::try_from(amount).unwrap_or(0)
+}
+
+fn kind_i16(kind: UsageKind) -> i16 {
+    i16::from(kind.tag())
+}
+
+fn encode_event(event: &UsageEvent) -> String {
+    serde_json::to_string(event).expect("usage events are plain data and always serialize")
+}
+
+fn decode_event(text: &str) -> Result<UsageEvent, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt("usage event".into(), e.to_string()))
+}
+
+/// Adds `amount` to a day total, inside the caller's transaction.
+fn add_to_day(
+    tx: &mut impl GenericClient,
+    org_id: &str,
+    day: &str,
+    kind: UsageKind,
+    amount: u64,
+) -> Result<(), postgres::Error> {
+    if amount == 0 {
+        return Ok(());
+    }
+    tx.execute(
+        "INSERT INTO usage_daily (org_id, day, kind, amount) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (org_id, day, kind) DO UPDATE SET amount = usage_daily.amount + EXCLUDED.amount",
+        &[&org_id, &day, &kind_i16(kind), &amount_i64(amount)],
+    )?;
+    Ok(())
+}
+
+const ORG_COLUMNS: &str =
+    "id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted, created_at_ms";
+const KEY_COLUMNS: &str = "id, org_id, name, hash, last4, created_at_ms, revoked_at_ms";
+const CONNECTOR_COLUMNS: &str =
+    "client_id, org_id, name, created_at_ms, rotated_at_ms, revoked_at_ms";
+
+fn key_from(row: &Row) -> ApiKey {
+    let hash: Vec<u8> = row.get(3);
+    ApiKey {
+        id: row.get(0),
+        org_id: row.get(1),
+        name: row.get(2),
+        hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
+        last4: row.get(4),
+        created_at_ms: row.get(5),
+        revoked_at_ms: row.get(6),
+    }
+}
+
+fn connector_from(row: &Row) -> Connector {
+    Connector {
+        client_id: row.get(0),
+        org_id: row.get(1),
+        name: row.get(2),
+        created_at_ms: row.get(3),
+        rotated_at_ms: row.get(4),
+        revoked_at_ms: row.get(5),
+    }
+}
+
+fn user_from(row: &Row) -> DashboardUser {
+    DashboardUser {
+        email: row.get(0),
+        org_id: row.get(1),
+        password_hash: row.get(2),
+        created_at_ms: row.get(3),
+    }
+}
+
+impl PgStore {
+    /// Connects to `url` (a `postgres://` URL or a `key=value` connection string), applies
+    /// pending migrations, and keeps up to `pool_size` connections.
+    pub fn open(url: &str, pool_size: usize, secrets: SecretBox) -> Result<Self, StoreError> {
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::Backend(format!("storage.postgres_url: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("callstream");
+        }
+        let pool = Pool {
+            config,
+            size: pool_size.max(1),
+            wait: Duration::from_secs(10),
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            freed: Condvar::new(),
+        };
+        let store = Self { pool, secrets };
+        let applied = store.pool.with(|conn| migrate(&mut conn.client))?;
+        if !applied.is_empty() {
+            tracing::info!(?applied, "database schema migrated");
+        }
+        Ok(store)
+    }
+
+    fn org_from(&self, row: &Row) -> Result<Org, StoreError> {
+        let id: String = row.get(0);
+        let mcp_url: Option<String> = row.get(3);
+        let sealed: Option<Vec<u8>> = row.get(4);
+        let mcp = match (mcp_url, sealed) {
+            (Some(url), Some(sealed)) => {
+                let headers = serde_json::from_slice(&self.secrets.open(&id, &sealed)?)
+                    .map_err(|e| StoreError::Corrupt("mcp headers".into(), e.to_string()))?;
+                Some(McpIntegration { url, headers })
+            }
+            _ => None,
+        };
+        Ok(Org {
+            name: row.get(1),
+            system_prompt: row.get(2),
+            mcp,
+            plan: row.get(5),
+            deleted: row.get(6),
+            created_at_ms: row.get(7),
+            id,
+        })
+    }
+
+    fn sealed_headers(&self, org: &Org) -> (Option<String>, Option<Vec<u8>>) {
+        match &org.mcp {
+            None => (None, None),
+            Some(m) => {
+                let json = serde_json::to_vec(&m.headers)
+                    .expect("a header map is plain data and always serializes");
+                (Some(m.url.clone()), Some(self.secrets.seal(&org.id, &json)))
+            }
+        }
+    }
+
+    fn update_connector(
+        &self,
+        client_id: &str,
+        sql: &'static str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Connector, StoreError> {
+        let row = self
+            .pool
+            .with(|conn| conn.client.query_opt(sql, params).map_err(backend))?;
+        row.map(|r| connector_from(&r))
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "connector",
+                id: client_id.to_owned(),
+            })
+    }
+}
+
+impl Store for PgStore {
+    fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError> {
+        let inserted = self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    "INSERT INTO dashboard_users (email, org_id, password_hash, created_at_ms)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    &[
+                        &user.email,
+                        &user.org_id,
+                        &user.password_hash,
+                        &user.created_at_ms,
+                    ],
+                )
+                .map_err(backend)
+        })?;
+        if inserted == 0 {
+            return Err(StoreError::Exists {
+                kind: "dashboard user",
+                id: user.email.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError> {
+        let row = self.pool.with(|conn| {
+            conn.query_opt(
+                "SELECT email, org_id, password_hash, created_at_ms
+                 FROM dashboard_users WHERE email = $1",
+                &[&email],
+            )
+            .map_err(backend)
+        })?;
+        Ok(row.as_ref().map(user_from))
+    }
+
+    fn users(&self) -> Result<Vec<DashboardUser>, StoreError> {
+        let rows = self.pool.with(|conn| {
+            conn.client
+                .query(
+                    "SELECT email, org_id, password_hash, created_at_ms
+                     FROM dashboard_users ORDER BY created_at_ms, email",
+                    &[],
+                )
+                .map_err(backend)
+        })?;
+        Ok(rows.iter().map(user_from).collect())
+    }
+
+    fn insert_org(&self, org: &Org) -> Result<(), StoreError> {
+        let (mcp_url, sealed) = self.sealed_headers(org);
+        let inserted = self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    "INSERT INTO orgs (id, name, system_prompt, mcp_url, mcp_headers_sealed, plan,
+                                       deleted, created_at_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+                    &[
+                        &org.id,
+                        &org.name,
+                        &org.system_prompt,
+                        &mcp_url,
+                        &sealed,
+                        &org.plan,
+                        &org.deleted,
+                        &org.created_at_ms,
+                    ],
+                )
+                .map_err(backend)
+        })?;
+        if inserted == 0 {
+            return Err(StoreError::Exists {
+                kind: "organisation",
+                id: org.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn update_org(&self, org: &Org) -> Result<(), StoreError> {
+        let (mcp_url, sealed) = self.sealed_headers(org);
+        let updated = self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    "UPDATE orgs SET name = $2, system_prompt = $3, mcp_url = $4,
+                                     mcp_headers_sealed = $5, plan = $6, deleted = $7,
+                                     created_at_ms = $8
+                     WHERE id = $1",
+                    &[
+                        &org.id,
+                        &org.name,
+                        &org.system_prompt,
+                        &mcp_url,
+                        &sealed,
+                        &org.plan,
+                        &org.deleted,
+                        &org.created_at_ms,
+                    ],
+                )
+                .map_err(backend)
+        })?;
+        if updated == 0 {
+            return Err(StoreError::NotFound {
+                kind: "organisation",
+                id: org.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn org(&self, id: &str) -> Result<Option<Org>, StoreError> {
+        let row = self.pool.with(|conn| {
+            conn.query_opt(
+                "SELECT id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted,
+                        created_at_ms
+                 FROM orgs WHERE id = $1",
+                &[&id],
+            )
+            .map_err(backend)
+        })?;
+        row.map(|r| self.org_from(&r)).transpose()
+    }
+
+    fn orgs(&self) -> Result<Vec<Org>, StoreError> {
+        let rows = self.pool.with(|conn| {
+            conn.client
+                .query(
+                    &format!("SELECT {ORG_COLUMNS} FROM orgs ORDER BY created_at_ms, id"),
+                    &[],
+                )
+                .map_err(backend)
+        })?;
+        rows.iter().map(|r| self.org_from(r)).collect()
+    }
+
+    fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        let hash = hex_to_hash(&key.hash).ok_or_else(|| {
+            StoreError::Corrupt(key.id.clone(), "hash is not 64 hex digits".into())
+        })?;
+        let hash = hash.to_vec();
+        let result = self.pool.with(|conn| {
+            Ok(conn.client.execute(
+                &format!(
+                    "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                ),
+                &[
+                    &key.id,
+                    &key.org_id,
+                    &key.name,
+                    &hash,
+                    &key.last4,
+                    &key.created_at_ms,
+                    &key.revoked_at_ms,
+                ],
+            ))
+        })?;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if is_unique_violation(&e) => Err(StoreError::Exists {
+                kind: "API key",
+                id: key.id.clone(),
+            }),
+            Err(e) => Err(backend(e)),
+        }
+    }
+
+    fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError> {
+        let row = self.pool.with(|conn| {
+            conn.client
+                .query_opt(
+                    &format!(
+                        "UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, $2)
+                         WHERE id = $1 RETURNING {KEY_COLUMNS}"
+                    ),
+                    &[&id, &at_ms],
+                )
+                .map_err(backend)
+        })?;
+        row.map(|r| key_from(&r))
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "API key",
+                id: id.to_owned(),
+            })
+    }
+
+    fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+        let row = self.pool.with(|conn| {
+            conn.query_opt(
+                "SELECT id, org_id, name, hash, last4, created_at_ms, revoked_at_ms
+                 FROM api_keys WHERE id = $1",
+                &[&id],
+            )
+            .map_err(backend)
+        })?;
+        Ok(row.as_ref().map(key_from))
+    }
+
+    fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError> {
+        let hash = hash.as_slice();
+        let row = self.pool.with(|conn| {
+            conn.query_opt(
+                "SELECT id, org_id, name, hash, last4, created_at_ms, revoked_at_ms
+                 FROM api_keys WHERE hash = $1",
+                &[&hash],
+            )
+            .map_err(backend)
+        })?;
+        Ok(row.as_ref().map(key_from))
+    }
+
+    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+        let rows = self.pool.with(|conn| {
+            conn.query(
+                "SELECT id, org_id, name, hash, last4, created_at_ms, revoked_at_ms
+                 FROM api_keys WHERE org_id = $1 ORDER BY created_at_ms, id",
+                &[&org_id],
+            )
+            .map_err(backend)
+        })?;
+        Ok(rows.iter().map(key_from).collect())
+    }
+
+    fn insert_connector(&self, connector: &Connector, secret: &[u8]) -> Result<(), StoreError> {
+        let sealed = self.secrets.seal(&connector.client_id, secret);
+        let inserted = self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    &format!(
+                        "INSERT INTO connectors ({CONNECTOR_COLUMNS}, secret_sealed)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING"
+                    ),
+                    &[
+                        &connector.client_id,
+                        &connector.org_id,
+                        &connector.name,
+                        &connector.created_at_ms,
+                        &connector.rotated_at_ms,
+                        &connector.revoked_at_ms,
+                        &sealed,
+                    ],
+                )
+                .map_err(backend)
+        })?;
+        if inserted == 0 {
+            return Err(StoreError::Exists {
+                kind: "connector",
+                id: connector.client_id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn rotate_connector(
+        &self,
+        client_id: &str,
+        secret: &[u8],
+        at_ms: i64,
+    ) -> Result<Connector, StoreError> {
+        let sealed = self.secrets.seal(client_id, secret);
+        self.update_connector(
+            client_id,
+            "UPDATE connectors SET secret_sealed = $2, rotated_at_ms = $3 WHERE client_id = $1
+             RETURNING client_id, org_id, name, created_at_ms, rotated_at_ms, revoked_at_ms",
+            &[&client_id, &sealed, &at_ms],
+        )
+    }
+
+    fn revoke_connector(&self, client_id: &str, at_ms: i64) -> Result<Connector, StoreError> {
+        self.update_connector(
+            client_id,
+            "UPDATE connectors SET revoked_at_ms = COALESCE(revoked_at_ms, $2)
+             WHERE client_id = $1
+             RETURNING client_id, org_id, name, created_at_ms, rotated_at_ms, revoked_at_ms",
+            &[&client_id, &at_ms],
+        )
+    }
+
+    fn connector(&self, client_id: &str) -> Result<Option<(Connector, Vec<u8>)>, StoreError> {
+        let row = self.pool.with(|conn| {
+            conn.query_opt(
+                "SELECT client_id, org_id, name, created_at_ms, rotated_at_ms, revoked_at_ms,
+                        secret_sealed
+                 FROM connectors WHERE client_id = $1",
+                &[&client_id],
+            )
+            .map_err(backend)
+        })?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let sealed: Vec<u8> = row.get(6);
+        let secret = self.secrets.open(client_id, &sealed)?;
+        Ok(Some((connector_from(&row), secret)))
+    }
+
+    fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError> {
+        let rows = self.pool.with(|conn| {
+            conn.query(
+                "SELECT client_id, org_id, name, created_at_ms, rotated_at_ms, revoked_at_ms
+                 FROM connectors WHERE org_id = $1 ORDER BY created_at_ms, client_id",
+                &[&org_id],
+            )
+            .map_err(backend)
+        })?;
+        Ok(rows.iter().map(connector_from).collect())
+    }
+
+    fn usage_by_day(
+        &self,
+        org_id: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<DayUsage>, StoreError> {
+        let rows = self.pool.with(|conn| {
+            conn.query(
+                "SELECT day, kind, amount FROM usage_daily
+                 WHERE org_id = $1 AND day >= $2 AND day <= $3 ORDER BY day, kind",
+                &[&org_id, &from, &to],
+            )
+            .map_err(backend)
+        })?;
+        rows.iter()
+            .map(|row| {
+                let tag: i16 = row.get(1);
+                let kind = u8::try_from(tag)
+                    .ok()
+                    .and_then(UsageKind::from_tag)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("daily usage".into(), format!("kind {tag}"))
+                    })?;
+                Ok(DayUsage {
+                    day: row.get(0),
+                    kind,
+                    amount: amount_u64(row.get(2)),
+                })
+            })
+            .collect()
+    }
+
+    fn usage_events(
+        &self,
+        org_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<UsageEvent>, StoreError> {
+        let rows = self.pool.with(|conn| {
+            conn.query(
+                "SELECT event FROM usage_ledger
+                 WHERE org_id = $1 AND at_ms >= $2 AND at_ms < $3 ORDER BY at_ms, seq",
+                &[&org_id, &from_ms, &to_ms],
+            )
+            .map_err(backend)
+        })?;
+        rows.iter().map(|row| decode_event(row.get(0))).collect()
+    }
+}
+
+impl UsageSink for PgStore {
+    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+        let day = clock::day_of(event.at_ms);
+        let text = encode_event(event);
+        self.pool
+            .with(|conn| {
+                let mut tx = conn.client.transaction().map_err(backend)?;
+                tx.execute(
+                    "INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
+                     VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)",
+                    &[
+                        &event.org_id,
+                        &event.at_ms,
+                        &kind_i16(event.kind),
+                        &amount_i64(event.amount),
+                        &text,
+                    ],
+                )
+                .map_err(backend)?;
+                add_to_day(&mut tx, &event.org_id, &day, event.kind, event.amount)
+                    .map_err(backend)?;
+                tx.commit().map_err(backend)
+            })
+            .map_err(UsageError::from)
+    }
+
+    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        if totals.is_empty() {
+            return Ok(());
+        }
+        self.pool
+            .with(|conn| {
+                let mut tx = conn.client.transaction().map_err(backend)?;
+                for total in totals {
+                    let seq = call_seq(total.call_id.as_deref().unwrap_or_default()) as i64;
+                    let event = encode_event(total);
+                    // The row exists (at zero when new) and is locked before it is read, so
+                    // two writers of one call's total cannot both add the same growth.
+                    tx.execute(
+                        "INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
+                         VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT DO NOTHING",
+                        &[
+                            &total.org_id,
+                            &total.at_ms,
+                            &seq,
+                            &kind_i16(total.kind),
+                            &event,
+                        ],
+                    )
+                    .map_err(backend)?;
+                    // The day grows by what the call's total grew since it was last written.
+                    let before: i64 = tx
+                        .query_one(
+                            "SELECT amount FROM usage_ledger
+                             WHERE org_id = $1 AND at_ms = $2 AND seq = $3 FOR UPDATE",
+                            &[&total.org_id, &total.at_ms, &seq],
+                        )
+                        .map_err(backend)?
+                        .get(0);
+                    tx.execute(
+                        "UPDATE usage_ledger SET kind = $4, amount = $5, event = $6
+                         WHERE org_id = $1 AND at_ms = $2 AND seq = $3",
+                        &[
+                            &total.org_id,
+                            &total.at_ms,
+                            &seq,
+                            &kind_i16(total.kind),
+                            &amount_i64(total.amount),
+                            &event,
+                        ],
+                    )
+                    .map_err(backend)?;
+                    let before = amount_u64(before);
+                    add_to_day(
+                        &mut tx,
+                        &total.org_id,
+                        &clock::day_of(total.at_ms),
+                        total.kind,
+                        total.amount.saturating_sub(before),
+                    )
+                    .map_err(backend)?;
+                }
+                tx.commit().map_err(backend)
+            })
+            .map_err(UsageError::from)
+    }
+}

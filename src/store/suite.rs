@@ -1,0 +1,597 @@
+//! The store's behaviour, checked on every backend: each test here runs once on sled and once
+//! on a real PostgreSQL (a throw-away cluster, see `testpg`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use callstream_actors::usage::{UsageEvent, UsageKind, UsageSink, UsageSource};
+
+use super::crypto::KEY_LEN;
+use super::testpg::Cluster;
+use super::{
+    ApiKey, Connector, DashboardUser, McpIntegration, Org, PgStore, SecretBox, SledStore, Store,
+    StoreError,
+};
+
+/// A place a store lives, which can be opened (again) with a given key.
+trait Backend {
+    /// Opens the store; a previous handle must have been dropped.
+    fn open_with(&self, key: u8) -> Arc<dyn Store>;
+    /// Everything stored, as bytes, for plaintext checks (no store handle may be open).
+    fn raw(&self) -> Vec<u8>;
+
+    fn open(&self) -> Arc<dyn Store> {
+        self.open_with(3)
+    }
+}
+
+struct Sled(tempfile::TempDir);
+
+impl Sled {
+    fn new() -> Self {
+        Sled(tempfile::tempdir().unwrap())
+    }
+}
+
+impl Backend for Sled {
+    fn open_with(&self, key: u8) -> Arc<dyn Store> {
+        Arc::new(SledStore::open(self.0.path(), SecretBox::new(&[key; KEY_LEN])).unwrap())
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        let db = sled::open(self.0.path().join(super::sled::DB_DIR)).unwrap();
+        let mut raw = Vec::new();
+        for name in db.tree_names() {
+            for item in db.open_tree(name).unwrap().iter() {
+                let (k, v) = item.unwrap();
+                raw.extend_from_slice(&k);
+                raw.extend_from_slice(&v);
+            }
+        }
+        raw
+    }
+}
+
+struct Postgres(String);
+
+impl Postgres {
+    fn new() -> Self {
+        Postgres(Cluster::shared().fresh_database())
+    }
+}
+
+impl Backend for Postgres {
+    fn open_with(&self, key: u8) -> Arc<dyn Store> {
+        Arc::new(PgStore::open(&self.0, 4, SecretBox::new(&[key; KEY_LEN])).unwrap())
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        let mut client = postgres::Client::connect(&self.0, postgres::NoTls).unwrap();
+        let mut raw = Vec::new();
+        for table in [
+            "orgs",
+            "api_keys",
+            "connectors",
+            "dashboard_users",
+            "usage_ledger",
+        ] {
+            for row in client
+                .query(&format!("SELECT t::text FROM {table} t"), &[])
+                .unwrap()
+            {
+                raw.extend_from_slice(row.get::<_, &str>(0).as_bytes());
+            }
+        }
+        raw
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn org(id: &str) -> Org {
+    Org {
+        id: id.into(),
+        name: "Acme".into(),
+        system_prompt: Some("Be brief.".into()),
+        mcp: Some(McpIntegration {
+            url: "http://127.0.0.1:1/mcp".into(),
+            headers: BTreeMap::from([("Authorization".into(), "Bearer hunter2".into())]),
+        }),
+        plan: "free".into(),
+        deleted: false,
+        created_at_ms: 1,
+    }
+}
+
+fn event(org: &str, at_ms: i64, kind: UsageKind, amount: u64) -> UsageEvent {
+    UsageEvent {
+        org_id: org.into(),
+        key_id: "key_1".into(),
+        end_user: Some("u1".into()),
+        kind,
+        amount,
+        source: UsageSource::Chat,
+        at_ms,
+        call_id: None,
+    }
+}
+
+fn running(call: &str, at_ms: i64, amount: u64) -> UsageEvent {
+    UsageEvent {
+        end_user: None,
+        source: UsageSource::Callstream,
+        call_id: Some(call.into()),
+        ..event("org_a", at_ms, UsageKind::AudioMs, amount)
+    }
+}
+
+fn key(id: &str, org: &str, hash_byte: u8) -> ApiKey {
+    ApiKey {
+        id: id.into(),
+        org_id: org.into(),
+        name: Some("ci".into()),
+        hash: hex(&[hash_byte; 32]),
+        last4: "wxyz".into(),
+        created_at_ms: 5,
+        revoked_at_ms: None,
+    }
+}
+
+fn connector(id: &str, org: &str) -> Connector {
+    Connector {
+        client_id: id.into(),
+        org_id: org.into(),
+        name: Some("genesys".into()),
+        created_at_ms: 1,
+        rotated_at_ms: None,
+        revoked_at_ms: None,
+    }
+}
+
+/// 2026-11-25 23:59:59.999 UTC: one millisecond later is another day.
+const BEFORE_MIDNIGHT: i64 = 1_795_651_199_999;
+
+fn running_totals_are_written_over_and_days_grow_by_the_difference(b: &dyn Backend) {
+    {
+        let s = b.open();
+        s.checkpoint(&[
+            running("c1", BEFORE_MIDNIGHT - 5000, 1000),
+            running("c2", BEFORE_MIDNIGHT - 10, 300),
+        ])
+        .unwrap();
+        s.checkpoint(&[running("c1", BEFORE_MIDNIGHT - 5000, 2500)])
+            .unwrap();
+        // The same total again (a batch sent twice) changes nothing.
+        s.checkpoint(&[running("c1", BEFORE_MIDNIGHT - 5000, 2500)])
+            .unwrap();
+        // After midnight the call starts a new row.
+        s.checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 400)])
+            .unwrap();
+    }
+    // What was acknowledged is there after reopening.
+    let s = b.open();
+    let events = s.usage_events("org_a", 0, i64::MAX).unwrap();
+    let mut amounts: Vec<(Option<String>, u64)> = events
+        .iter()
+        .map(|e| (e.call_id.clone(), e.amount))
+        .collect();
+    amounts.sort();
+    assert_eq!(
+        amounts,
+        [
+            (Some("c1".into()), 400),
+            (Some("c1".into()), 2500),
+            (Some("c2".into()), 300)
+        ]
+    );
+    let days = s.usage_by_day("org_a", "2026-11-25", "2026-11-26").unwrap();
+    let totals: Vec<u64> = days.iter().map(|d| d.amount).collect();
+    assert_eq!(totals, [2800, 400]);
+}
+
+fn orgs_round_trip_with_sealed_mcp_headers(b: &dyn Backend) {
+    {
+        let s = b.open();
+        s.insert_org(&org("org_a")).unwrap();
+        assert!(matches!(
+            s.insert_org(&org("org_a")),
+            Err(StoreError::Exists { .. })
+        ));
+        assert_eq!(s.org("org_a").unwrap().unwrap(), org("org_a"));
+        assert_eq!(s.org("org_zz").unwrap(), None);
+        let mut deleted = org("org_a");
+        deleted.deleted = true;
+        deleted.mcp = None;
+        s.update_org(&deleted).unwrap();
+        assert_eq!(s.org("org_a").unwrap().unwrap(), deleted);
+        s.update_org(&org("org_a")).unwrap();
+        let mut second = org("org_b");
+        second.created_at_ms = 2;
+        s.insert_org(&second).unwrap();
+        let ids: Vec<String> = s.orgs().unwrap().into_iter().map(|o| o.id).collect();
+        assert_eq!(ids, ["org_a", "org_b"]);
+        assert!(matches!(
+            s.update_org(&org("org_c")),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+    let raw = b.raw();
+    assert!(contains(&raw, b"org_a"), "the raw view sees the records");
+    assert!(!contains(&raw, b"hunter2"));
+    assert!(!contains(&raw, hex(b"hunter2").as_bytes()));
+}
+
+fn ledger_and_daily_totals_agree(b: &dyn Backend) {
+    let s = b.open();
+    s.record(&event("org_a", BEFORE_MIDNIGHT, UsageKind::Tokens, 10))
+        .unwrap();
+    s.record(&event("org_a", BEFORE_MIDNIGHT + 1, UsageKind::Tokens, 5))
+        .unwrap();
+    s.record(&event("org_a", BEFORE_MIDNIGHT + 2, UsageKind::Tokens, 7))
+        .unwrap();
+    s.record(&event(
+        "org_a",
+        BEFORE_MIDNIGHT + 2,
+        UsageKind::AudioMs,
+        1500,
+    ))
+    .unwrap();
+    s.record(&event(
+        "org_ab",
+        BEFORE_MIDNIGHT + 2,
+        UsageKind::Tokens,
+        1000,
+    ))
+    .unwrap();
+
+    let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
+    let view: Vec<(&str, UsageKind, u64)> = days
+        .iter()
+        .map(|d| (d.day.as_str(), d.kind, d.amount))
+        .collect();
+    assert_eq!(
+        view,
+        [
+            ("2026-11-25", UsageKind::Tokens, 10),
+            ("2026-11-26", UsageKind::AudioMs, 1500),
+            ("2026-11-26", UsageKind::Tokens, 12),
+        ]
+    );
+    assert_eq!(
+        s.usage_by_day("org_a", "2026-11-26", "2026-11-26")
+            .unwrap()
+            .len(),
+        2
+    );
+    let events = s.usage_events("org_a", 0, i64::MAX).unwrap();
+    assert_eq!(events.len(), 4);
+    assert_eq!(
+        events[0],
+        event("org_a", BEFORE_MIDNIGHT, UsageKind::Tokens, 10)
+    );
+    assert_eq!(
+        s.usage_events("org_a", BEFORE_MIDNIGHT + 1, BEFORE_MIDNIGHT + 2)
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+fn concurrent_charges_are_all_recorded(b: &dyn Backend) {
+    let s = b.open();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    s.record(&event(
+                        "org_a",
+                        1_795_651_199_000 + t * 100 + i,
+                        UsageKind::Tokens,
+                        1,
+                    ))
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    // Running totals of two calls, each from its own thread (one writer per call, as the
+    // billing actor of the instance that runs it), growing the same day at the same time.
+    let writers: Vec<_> = ["c1", "c2"]
+        .into_iter()
+        .map(|call| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for amount in 1..=20 {
+                    s.checkpoint(&[running(call, 1_795_651_000_000, amount * 100)])
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads.into_iter().chain(writers) {
+        t.join().unwrap();
+    }
+    let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
+    let sum = |kind| {
+        days.iter()
+            .filter(|d| d.kind == kind)
+            .map(|d| d.amount)
+            .sum::<u64>()
+    };
+    assert_eq!(sum(UsageKind::Tokens), 200);
+    assert_eq!(sum(UsageKind::AudioMs), 4000);
+    assert_eq!(s.usage_events("org_a", 0, i64::MAX).unwrap().len(), 202);
+}
+
+fn api_keys_resolve_by_hash_and_revoke(b: &dyn Backend) {
+    let s = b.open();
+    let k = key("key_1", "org_a", 0xab);
+    s.insert_api_key(&k).unwrap();
+    assert!(matches!(
+        s.insert_api_key(&k),
+        Err(StoreError::Exists { .. })
+    ));
+    // The same secret under another id is refused too.
+    assert!(matches!(
+        s.insert_api_key(&key("key_9", "org_a", 0xab)),
+        Err(StoreError::Exists { .. })
+    ));
+    assert_eq!(s.api_key_by_hash(&[0xab; 32]).unwrap().unwrap(), k);
+    assert_eq!(s.api_key("key_1").unwrap().unwrap(), k);
+    assert_eq!(s.api_key_by_hash(&[0xac; 32]).unwrap(), None);
+    let revoked = s.revoke_api_key("key_1", 9).unwrap();
+    assert_eq!(revoked.revoked_at_ms, Some(9));
+    assert_eq!(
+        s.revoke_api_key("key_1", 10).unwrap().revoked_at_ms,
+        Some(9)
+    );
+    assert!(matches!(
+        s.revoke_api_key("key_2", 1),
+        Err(StoreError::NotFound { .. })
+    ));
+    let mut later = key("key_2", "org_a", 0xcd);
+    later.created_at_ms = 6;
+    s.insert_api_key(&later).unwrap();
+    let ids: Vec<String> = s
+        .api_keys("org_a")
+        .unwrap()
+        .into_iter()
+        .map(|k| k.id)
+        .collect();
+    assert_eq!(ids, ["key_1", "key_2"]);
+    assert!(s.api_keys("org_b").unwrap().is_empty());
+}
+
+fn connector_secret_is_sealed_and_rotates(b: &dyn Backend) {
+    {
+        let s = b.open();
+        let c = connector("cc_1", "org_a");
+        s.insert_connector(&c, b"first-secret").unwrap();
+        assert!(matches!(
+            s.insert_connector(&c, b"x"),
+            Err(StoreError::Exists { .. })
+        ));
+        assert_eq!(
+            s.connector("cc_1").unwrap().unwrap(),
+            (c.clone(), b"first-secret".to_vec())
+        );
+        let rotated = s.rotate_connector("cc_1", b"second-secret", 7).unwrap();
+        assert_eq!(rotated.rotated_at_ms, Some(7));
+        assert_eq!(s.connector("cc_1").unwrap().unwrap().1, b"second-secret");
+        assert_eq!(
+            s.revoke_connector("cc_1", 8).unwrap().revoked_at_ms,
+            Some(8)
+        );
+        assert_eq!(
+            s.revoke_connector("cc_1", 9).unwrap().revoked_at_ms,
+            Some(8)
+        );
+        assert!(matches!(
+            s.rotate_connector("cc_9", b"x", 1),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            s.revoke_connector("cc_9", 1),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(s.connectors("org_a").unwrap().len(), 1);
+        assert!(s.connectors("org_b").unwrap().is_empty());
+        assert_eq!(s.connector("cc_9").unwrap(), None);
+    }
+    let raw = b.raw();
+    assert!(!contains(&raw, b"second-secret"));
+    assert!(!contains(&raw, hex(b"second-secret").as_bytes()));
+    let wrong_key = b.open_with(4);
+    assert!(matches!(
+        wrong_key.connector("cc_1"),
+        Err(StoreError::Decrypt)
+    ));
+}
+
+fn dashboard_users_are_unique_by_email(b: &dyn Backend) {
+    let s = b.open();
+    let user = |email: &str, at| DashboardUser {
+        email: email.into(),
+        org_id: "org_a".into(),
+        password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        created_at_ms: at,
+    };
+    s.insert_user(&user("b@example.com", 2)).unwrap();
+    s.insert_user(&user("a@example.com", 1)).unwrap();
+    assert!(matches!(
+        s.insert_user(&user("a@example.com", 3)),
+        Err(StoreError::Exists { .. })
+    ));
+    assert_eq!(
+        s.user("a@example.com").unwrap().unwrap(),
+        user("a@example.com", 1)
+    );
+    assert_eq!(s.user("c@example.com").unwrap(), None);
+    let emails: Vec<String> = s.users().unwrap().into_iter().map(|u| u.email).collect();
+    assert_eq!(emails, ["a@example.com", "b@example.com"]);
+}
+
+/// Fills a store with one of everything.
+fn populate(s: &dyn Store) {
+    s.insert_org(&org("org_a")).unwrap();
+    let mut gone = org("org_b");
+    gone.deleted = true;
+    gone.mcp = None;
+    gone.created_at_ms = 2;
+    s.insert_org(&gone).unwrap();
+    s.insert_api_key(&key("key_1", "org_a", 1)).unwrap();
+    s.insert_api_key(&key("key_2", "org_b", 2)).unwrap();
+    s.revoke_api_key("key_2", 3).unwrap();
+    s.insert_connector(&connector("cc_1", "org_a"), b"s3cret")
+        .unwrap();
+    s.insert_user(&DashboardUser {
+        email: "a@example.com".into(),
+        org_id: "org_a".into(),
+        password_hash: "hash".into(),
+        created_at_ms: 1,
+    })
+    .unwrap();
+    s.record(&event("org_a", BEFORE_MIDNIGHT, UsageKind::Tokens, 10))
+        .unwrap();
+    s.record(&event("org_b", BEFORE_MIDNIGHT + 5, UsageKind::Tokens, 4))
+        .unwrap();
+    s.checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 1500)])
+        .unwrap();
+}
+
+/// Everything a store says, to compare two stores.
+fn dump(s: &dyn Store) -> String {
+    let mut out = format!("{:?}\n{:?}\n", s.orgs().unwrap(), s.users().unwrap());
+    for org in s.orgs().unwrap() {
+        out += &format!("{:?}\n", s.api_keys(&org.id).unwrap());
+        for c in s.connectors(&org.id).unwrap() {
+            out += &format!("{:?}\n", s.connector(&c.client_id).unwrap());
+        }
+        let mut events = s.usage_events(&org.id, 0, i64::MAX).unwrap();
+        events.sort_by_key(|e| (e.at_ms, e.amount));
+        out += &format!("{events:?}\n");
+        out += &format!(
+            "{:?}\n",
+            s.usage_by_day(&org.id, "2026-01-01", "2026-12-31").unwrap()
+        );
+    }
+    out
+}
+
+/// A copy into the backend under test says what the source says, keeps running totals as
+/// running totals, refuses a target that is not empty, and copies out again to either kind.
+fn copy_moves_everything(b: &dyn Backend) {
+    let source = Sled::new().open_with(5);
+    populate(&*source);
+    let target = b.open();
+    let report = super::copy::copy(&*source, &*target).unwrap();
+    assert_eq!(
+        (
+            report.orgs,
+            report.api_keys,
+            report.connectors,
+            report.users
+        ),
+        (2, 2, 1, 1)
+    );
+    assert_eq!(report.usage_events, 3);
+    assert_eq!(dump(&*source), dump(&*target));
+    // The running total is still one: a later checkpoint writes over it.
+    target
+        .checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 2000)])
+        .unwrap();
+    let days = target
+        .usage_by_day("org_a", "2026-11-26", "2026-11-26")
+        .unwrap();
+    assert_eq!(days[0].amount, 2000);
+    assert!(matches!(
+        super::copy::copy(&*source, &*target),
+        Err(super::copy::CopyError::TargetNotEmpty(_))
+    ));
+    for out in [Sled::new().open_with(6), Postgres::new().open_with(6)] {
+        super::copy::copy(&*target, &*out).unwrap();
+        assert_eq!(dump(&*target), dump(&*out));
+    }
+}
+
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sled_backend {
+            $( #[test] fn $name() { super::$name(&super::Sled::new()); } )*
+        }
+        mod postgres_backend {
+            $( #[test] fn $name() { super::$name(&super::Postgres::new()); } )*
+        }
+    };
+}
+
+on_every_backend!(
+    running_totals_are_written_over_and_days_grow_by_the_difference,
+    orgs_round_trip_with_sealed_mcp_headers,
+    ledger_and_daily_totals_agree,
+    concurrent_charges_are_all_recorded,
+    api_keys_resolve_by_hash_and_revoke,
+    connector_secret_is_sealed_and_rotates,
+    dashboard_users_are_unique_by_email,
+    copy_moves_everything,
+);
+
+#[test]
+fn migrations_apply_once_and_a_newer_schema_is_refused() {
+    let url = Cluster::shared().fresh_database();
+    drop(PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN])).unwrap());
+    // Opening again applies nothing and keeps the data.
+    let s = PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN])).unwrap();
+    s.insert_org(&org("org_a")).unwrap();
+    drop(s);
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    assert_eq!(
+        super::postgres::migrate(&mut client).unwrap(),
+        Vec::<i32>::new()
+    );
+    let versions: Vec<i32> = client
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let known: Vec<i32> = super::postgres::MIGRATIONS.iter().map(|m| m.0).collect();
+    assert_eq!(versions, known);
+    client
+        .execute(
+            "INSERT INTO schema_migrations (version, description) VALUES (9999, 'from the future')",
+            &[],
+        )
+        .unwrap();
+    let refused = PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN]));
+    assert!(
+        matches!(&refused, Err(StoreError::Backend(m)) if m.contains("newer")),
+        "{:?}",
+        refused.err()
+    );
+}
+
+#[test]
+fn an_unreachable_database_is_an_error_not_a_hang() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let opened = PgStore::open(
+        &format!("postgres://nobody@127.0.0.1:{port}/none?connect_timeout=2"),
+        1,
+        SecretBox::new(&[1; KEY_LEN]),
+    );
+    assert!(matches!(opened, Err(StoreError::Backend(_))));
+}
