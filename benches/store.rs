@@ -25,13 +25,15 @@ fn parts(dir: &std::path::Path) -> Parts {
         dir.display().to_string(),
     )];
     let config = Arc::new(Config::load_with_env(None, env).expect("config"));
-    let store = open_store(&config.storage).expect("store");
+    let opened = open_store(&config.storage).expect("store");
+    let store = opened.store;
     Parts {
         admin: Admin::new(config.clone(), store.clone()),
         auth: Authenticator::new(
             config.clone(),
             store.clone(),
             callstream::usage::Quotas::new(config, store.clone()),
+            opened.shared,
         ),
         store,
     }

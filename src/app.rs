@@ -80,7 +80,8 @@ impl App {
     pub fn open(config: Config) -> Result<Self, OpenError> {
         let config = Arc::new(config);
         let languages = model_languages(&config.models.whisper)?;
-        let store = crate::store::open(&config.storage)?;
+        let opened = crate::store::open(&config.storage)?;
+        let store = opened.store.clone();
         let llm = crate::llm::build_provider(&config)?;
         let asr = Arc::new(crate::speech::start_pool(&config, None)?);
         let chat = ChatService::new(
@@ -96,18 +97,27 @@ impl App {
         Ok(Self {
             lifecycle: Arc::default(),
             slots: Arc::default(),
-            sessions: Arc::default(),
-            sign_in: Arc::new(crate::auth::sessions::SignIn::new(&config.dashboard)),
+            sessions: Arc::new(crate::auth::sessions::Sessions::new(opened.shared.clone())),
+            sign_in: Arc::new(crate::auth::sessions::SignIn::new(
+                &config.dashboard,
+                opened.shared.clone(),
+            )),
             calls: Arc::new(crate::calls::Calls::new(
                 config.clone(),
                 store.clone(),
                 llm.clone(),
                 quotas.clone(),
+                opened.shared.clone(),
             )),
             asr,
             llm,
             chat,
-            auth: Arc::new(Authenticator::new(config.clone(), store.clone(), quotas)),
+            auth: Arc::new(Authenticator::new(
+                config.clone(),
+                store.clone(),
+                quotas,
+                opened.shared.clone(),
+            )),
             admin: Admin::new(config.clone(), store.clone()),
             languages: Arc::new(languages),
             store,

@@ -105,18 +105,20 @@ pub struct Calls {
 }
 
 impl Calls {
-    /// The live-call services over `store`, analysing with `provider`.
+    /// The live-call services over `store`, analysing with `provider`, remembering signature
+    /// nonces in `shared`.
     pub fn new(
         config: Arc<Config>,
         store: Arc<dyn Store>,
         provider: Arc<dyn Provider>,
         quotas: Quotas,
+        shared: Arc<dyn crate::store::SharedState>,
     ) -> Self {
         Self {
             quotas: Arc::new(quotas),
             config,
             store,
-            nonces: NonceCache::default(),
+            nonces: NonceCache::new(shared),
             billing: OnceCell::new(),
             running: Mutex::default(),
             watching: std::sync::Once::new(),
@@ -329,8 +331,9 @@ impl Calls {
             .unwrap_or(now)
             .saturating_add(policy.max_age_s.unwrap_or(0))
             .saturating_add(policy.skew_s);
-        self.nonces
-            .check_and_insert(&client_id, &nonce, now, until)?;
+        if !self.nonces.check_and_insert(&client_id, &nonce, until)? {
+            return Err(SignatureError::Replay.into());
+        }
         Ok(Account {
             org_id: connector.org_id,
             key_id: connector.client_id,

@@ -550,7 +550,7 @@ impl AdminClient {
     pub fn connect(config: Arc<Config>) -> Result<Self, AdminError> {
         let data_dir = config.storage.data_dir.clone();
         match crate::store::open(&config.storage) {
-            Ok(store) => Ok(AdminClient::Direct(Admin::new(config, store))),
+            Ok(opened) => Ok(AdminClient::Direct(Admin::new(config, opened.store))),
             Err(crate::store::OpenError::Store(StoreError::Locked(_))) => {
                 Ok(AdminClient::Socket(socket::socket_path(&data_dir)))
             }

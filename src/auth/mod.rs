@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use callstream_actors::usage::{Account, Allowance, UsageError, UsageKind};
 
 use crate::config::{Config, Plan};
-use crate::store::{ApiKey, Org, Store, StoreError};
+use crate::store::{ApiKey, Org, SharedState, Store, StoreError};
 use crate::usage::Quotas;
-use ratelimit::RateLimiter;
 
 /// An authenticated caller: the key, its organisation and the organisation's plan.
 #[derive(Debug, Clone)]
@@ -95,18 +94,24 @@ pub struct Authenticator {
     config: Arc<Config>,
     store: Arc<dyn Store>,
     quotas: Quotas,
-    limiter: RateLimiter,
+    shared: Arc<dyn SharedState>,
 }
 
 impl Authenticator {
     /// An authenticator over `store` with the plans of `config`, answering quotas (and taking
-    /// reservations) with `quotas`.
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, quotas: Quotas) -> Self {
+    /// reservations) with `quotas`, and counting each key's requests in `shared` (one budget
+    /// per key across the instances that share it).
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        quotas: Quotas,
+        shared: Arc<dyn SharedState>,
+    ) -> Self {
         Self {
             quotas,
             config,
             store,
-            limiter: RateLimiter::default(),
+            shared,
         }
     }
 
@@ -137,8 +142,8 @@ impl Authenticator {
 
     /// Counts one request against the caller's key budget.
     pub fn check_rate(&self, caller: &Caller, now: Instant) -> Result<(), AuthError> {
-        self.limiter
-            .check(&caller.key.id, caller.plan.rpm, now)
+        self.shared
+            .rate(&format!("key:{}", caller.key.id), caller.plan.rpm, now)?
             .map_err(|retry_after| AuthError::RateLimited {
                 rpm: caller.plan.rpm,
                 retry_after,

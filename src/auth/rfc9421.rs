@@ -10,11 +10,13 @@
 //! pair has not been seen within the window ([`NonceCache`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest as _, Sha256};
+
+use crate::store::{SharedState, Space, StoreError};
 
 /// The parts of a request that signatures cover.
 #[derive(Debug, Clone)]
@@ -364,33 +366,38 @@ pub fn sign_audiohook(
     sign(request, &params, &key).map_err(|e| e.to_string())
 }
 
-/// Remembers `(keyid, nonce)` pairs for the signature window so a captured upgrade request
-/// cannot be replayed.
-#[derive(Debug, Default)]
+/// Nonces of accepted signatures, per `keyid`, kept until the signature could no longer be
+/// accepted anyway. The entries live in [`SharedState`], so with a shared database a nonce
+/// accepted by one instance is refused by every other.
 pub struct NonceCache {
-    // A std Mutex: one map insert per handshake, never held across an await.
-    seen: Mutex<HashMap<(String, String), i64>>,
+    shared: Arc<dyn SharedState>,
 }
 
 impl NonceCache {
-    /// Records the pair until `until` (Unix seconds); `Err` if it is already recorded.
+    /// A cache over `shared`.
+    pub fn new(shared: Arc<dyn SharedState>) -> Self {
+        Self { shared }
+    }
+
+    /// Records the pair until `until` (Unix seconds): `Ok(false)` if it is already recorded.
+    /// The pair is kept as a SHA-256, so a long nonce costs no more than a short one.
     pub fn check_and_insert(
         &self,
         keyid: &str,
         nonce: &str,
-        now: i64,
         until: i64,
-    ) -> Result<(), SignatureError> {
-        let mut seen = self
-            .seen
-            .lock()
-            .expect("nonce cache lock is never poisoned: no panics inside");
-        seen.retain(|_, expiry| *expiry >= now);
-        if seen.contains_key(&(keyid.to_owned(), nonce.to_owned())) {
-            return Err(SignatureError::Replay);
-        }
-        seen.insert((keyid.to_owned(), nonce.to_owned()), until);
-        Ok(())
+    ) -> Result<bool, StoreError> {
+        let mut h = Sha256::new();
+        h.update(keyid.as_bytes());
+        h.update([0]);
+        h.update(nonce.as_bytes());
+        let key = crate::auth::keys::hex(&h.finalize());
+        self.shared.insert_new(
+            Space::Nonce,
+            &key,
+            "",
+            until.saturating_mul(1000).saturating_add(1000),
+        )
     }
 }
 
@@ -692,19 +699,6 @@ mod tests {
             verify(&req, alg, "sig1=:AAAA:", b"k", None, 0, &open),
             Err(SignatureError::Algorithm)
         );
-    }
-
-    #[test]
-    fn nonces_are_single_use_within_the_window() {
-        let cache = NonceCache::default();
-        cache.check_and_insert("k", "n1", 100, 113).unwrap();
-        assert_eq!(
-            cache.check_and_insert("k", "n1", 105, 118),
-            Err(SignatureError::Replay)
-        );
-        cache.check_and_insert("k2", "n1", 105, 118).unwrap();
-        // After the window the pair is forgotten (the signature itself is too old by then).
-        cache.check_and_insert("k", "n1", 114, 127).unwrap();
     }
 
     #[test]

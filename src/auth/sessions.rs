@@ -1,23 +1,27 @@
 //! Dashboard sign-in: sessions (random 256-bit tokens mapped to the signed-in administrator,
-//! their organisation and the CSRF token every form of theirs must carry; they last 12 hours
-//! and live in memory, so a restart signs everyone out), and what guards the sign-in form
-//! ([`SignIn`]): single-use form tokens, attempt limits per client address and per account,
-//! and the password threads.
+//! their organisation and the CSRF token every form of theirs must carry; they last 12 hours),
+//! and what guards the sign-in form ([`SignIn`]): single-use form tokens, attempt limits per
+//! client address and per account, and the password threads.
+//!
+//! Sessions, form tokens and attempt counts live in [`SharedState`]: in this process with the
+//! embedded store, in the database with PostgreSQL, where they survive a restart and any
+//! instance serves them.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
+
 use super::password::PasswordPool;
-use super::ratelimit::RateLimiter;
 use crate::clock;
 use crate::config::DashboardConfig;
+use crate::store::{SharedState, Space};
 
 /// How long a session lasts.
 pub const SESSION_MS: i64 = 12 * 3600 * 1000;
 
 /// A signed-in administrator.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Session {
     /// Sign-in name.
     pub email: String,
@@ -29,10 +33,8 @@ pub struct Session {
 }
 
 /// Sessions in progress.
-#[derive(Debug, Default)]
 pub struct Sessions {
-    // A std Mutex: a map lookup per request, never held across an await.
-    map: Mutex<HashMap<String, Session>>,
+    shared: Arc<dyn SharedState>,
 }
 
 /// A random 256-bit token, hex.
@@ -41,8 +43,14 @@ pub fn token() -> String {
 }
 
 impl Sessions {
-    /// Starts a session for `email` of `org_id`: its id and the session.
-    pub fn start(&self, email: String, org_id: String) -> (String, Session) {
+    /// Sessions kept in `shared`.
+    pub fn new(shared: Arc<dyn SharedState>) -> Self {
+        Self { shared }
+    }
+
+    /// Starts a session for `email` of `org_id`: its id and the session. `None` when the
+    /// session could not be stored.
+    pub fn start(&self, email: String, org_id: String) -> Option<(String, Session)> {
         let session = Session {
             email,
             org_id,
@@ -50,38 +58,45 @@ impl Sessions {
             expires_ms: clock::now_ms() + SESSION_MS,
         };
         let id = token();
-        let mut map = self.map.lock().expect("session lock is never poisoned");
-        let now = clock::now_ms();
-        map.retain(|_, s| s.expires_ms > now);
-        map.insert(id.clone(), session.clone());
-        (id, session)
+        let value = serde_json::to_string(&session).expect("a session always serializes");
+        match self
+            .shared
+            .insert_new(Space::Session, &id, &value, session.expires_ms)
+        {
+            Ok(true) => Some((id, session)),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot store a dashboard session");
+                None
+            }
+        }
     }
 
-    /// The live session `id`, if any.
+    /// The live session `id`, if any (none when the state cannot be read).
     pub fn get(&self, id: Option<&str>) -> Option<Session> {
-        let id = id?;
-        let map = self.map.lock().expect("session lock is never poisoned");
-        map.get(id)
+        let id = id.filter(|id| id.len() == 64)?;
+        let value = self
+            .shared
+            .get(Space::Session, id)
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot read dashboard sessions"))
+            .ok()??;
+        serde_json::from_str::<Session>(&value)
+            .ok()
             .filter(|s| s.expires_ms > clock::now_ms())
-            .cloned()
     }
 
     /// Ends session `id`.
     pub fn end(&self, id: Option<&str>) {
-        if let Some(id) = id {
-            self.map
-                .lock()
-                .expect("session lock is never poisoned")
-                .remove(id);
+        if let Some(id) = id.filter(|id| id.len() == 64) {
+            if let Err(e) = self.shared.take(Space::Session, id) {
+                tracing::warn!(error = %e, "cannot end a dashboard session");
+            }
         }
     }
 }
 
 /// How long a sign-in form may be sent back.
 const FORM_MS: i64 = 30 * 60 * 1000;
-/// Most sign-in forms outstanding at once; past this the oldest are forgotten.
-const MAX_FORMS: usize = 10_000;
-
 /// Why a sign-in is not even checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SignInRefused {
@@ -89,13 +104,13 @@ pub enum SignInRefused {
     Form,
     /// Too many attempts from this address or for this account; try again after this long.
     TooMany(std::time::Duration),
+    /// The shared state could not be read or written.
+    Unavailable,
 }
 
 /// What guards the sign-in form.
-#[derive(Debug)]
 pub struct SignIn {
-    forms: Mutex<HashMap<String, i64>>,
-    attempts: RateLimiter,
+    shared: Arc<dyn SharedState>,
     per_address: u32,
     per_account: u32,
     /// The password threads.
@@ -103,53 +118,58 @@ pub struct SignIn {
 }
 
 impl SignIn {
-    /// Guards with the limits of `config`.
-    pub fn new(config: &DashboardConfig) -> Self {
+    /// Guards with the limits of `config`, keeping form tokens and attempt counts in `shared`.
+    pub fn new(config: &DashboardConfig, shared: Arc<dyn SharedState>) -> Self {
         Self {
-            forms: Mutex::default(),
-            attempts: RateLimiter::default(),
+            shared,
             per_address: config.sign_in_per_minute_per_address,
             per_account: config.sign_in_per_minute_per_account,
             passwords: PasswordPool::new(config.password_workers, config.password_queue),
         }
     }
 
-    /// A new single-use form token.
-    pub fn issue(&self) -> String {
+    /// A new single-use form token (`None` when it could not be stored).
+    pub fn issue(&self) -> Option<String> {
         let t = token();
-        let now = clock::now_ms();
-        let mut forms = self.forms.lock().expect("form lock is never poisoned");
-        forms.retain(|_, expires| *expires > now);
-        if forms.len() >= MAX_FORMS {
-            if let Some(oldest) = forms
-                .iter()
-                .min_by_key(|(_, expires)| **expires)
-                .map(|(k, _)| k.clone())
-            {
-                forms.remove(&oldest);
+        match self
+            .shared
+            .insert_new(Space::SignInForm, &t, "", clock::now_ms() + FORM_MS)
+        {
+            Ok(true) => Some(t),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot store a sign-in form token");
+                None
             }
         }
-        forms.insert(t.clone(), now + FORM_MS);
-        t
     }
 
     /// Admits one sign-in attempt: `form` must be a token issued here and not used yet (it is
     /// used now), and neither `address` nor `account` may be over its attempts per minute.
     pub fn admit(&self, form: &str, address: &str, account: &str) -> Result<(), SignInRefused> {
-        let issued = self
-            .forms
-            .lock()
-            .expect("form lock is never poisoned")
-            .remove(form);
-        if issued.is_none_or(|expires| expires <= clock::now_ms()) {
+        if form.len() != 64 {
+            return Err(SignInRefused::Form);
+        }
+        let unavailable = |e: crate::store::StoreError| {
+            tracing::warn!(error = %e, "sign-in state unavailable");
+            SignInRefused::Unavailable
+        };
+        if self
+            .shared
+            .take(Space::SignInForm, form)
+            .map_err(unavailable)?
+            .is_none()
+        {
             return Err(SignInRefused::Form);
         }
         let now = Instant::now();
-        self.attempts
-            .check(&format!("address:{address}"), self.per_address, now)
+        self.shared
+            .rate(&format!("sign-in-address:{address}"), self.per_address, now)
+            .map_err(unavailable)?
             .map_err(SignInRefused::TooMany)?;
-        self.attempts
-            .check(&format!("account:{account}"), self.per_account, now)
+        self.shared
+            .rate(&format!("sign-in-account:{account}"), self.per_account, now)
+            .map_err(unavailable)?
             .map_err(SignInRefused::TooMany)?;
         Ok(())
     }
@@ -170,31 +190,32 @@ mod tests {
 
     #[test]
     fn form_tokens_are_single_use() {
-        let guard = SignIn::new(&config());
-        let t = guard.issue();
+        let guard = SignIn::new(&config(), Arc::new(crate::store::shared::Local::default()));
+        let t = guard.issue().unwrap();
         assert_eq!(guard.admit(&t, "10.0.0.1", "a@x"), Ok(()));
         assert_eq!(guard.admit(&t, "10.0.0.1", "a@x"), Err(SignInRefused::Form));
         assert_eq!(
-            guard.admit("made up", "10.0.0.1", "b@x"),
+            guard.admit(&"0".repeat(64), "10.0.0.1", "b@x"),
             Err(SignInRefused::Form)
         );
     }
 
     #[test]
     fn attempts_are_limited_per_address_and_per_account() {
-        let guard = SignIn::new(&config());
+        let guard = SignIn::new(&config(), Arc::new(crate::store::shared::Local::default()));
+        let issue = || guard.issue().unwrap();
         for _ in 0..2 {
-            assert_eq!(guard.admit(&guard.issue(), "10.0.0.1", "a@x"), Ok(()));
+            assert_eq!(guard.admit(&issue(), "10.0.0.1", "a@x"), Ok(()));
         }
         // The account's third attempt in a minute, from anywhere.
         assert!(matches!(
-            guard.admit(&guard.issue(), "10.0.0.2", "a@x"),
+            guard.admit(&issue(), "10.0.0.2", "a@x"),
             Err(SignInRefused::TooMany(_))
         ));
         // The address's fourth attempt, whatever the account.
-        assert_eq!(guard.admit(&guard.issue(), "10.0.0.1", "b@x"), Ok(()));
+        assert_eq!(guard.admit(&issue(), "10.0.0.1", "b@x"), Ok(()));
         assert!(matches!(
-            guard.admit(&guard.issue(), "10.0.0.1", "c@x"),
+            guard.admit(&issue(), "10.0.0.1", "c@x"),
             Err(SignInRefused::TooMany(_))
         ));
     }

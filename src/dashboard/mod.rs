@@ -267,8 +267,21 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .unify()
 }
 
+/// The sign-in page when the shared state (the database) cannot be reached.
+fn sign_in_unavailable() -> Response<Body> {
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        pages::login(
+            "",
+            Some("Sign-in is unavailable right now. Please try again shortly."),
+        ),
+    )
+}
+
 fn login_form(app: &App, ctx: &Ctx, error: Option<&str>) -> Response<Body> {
-    let t = app.sign_in.issue();
+    let Some(t) = app.sign_in.issue() else {
+        return sign_in_unavailable();
+    };
     let mut r = html(
         if error.is_some() {
             StatusCode::UNAUTHORIZED
@@ -309,6 +322,7 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
                 Some("The sign-in form expired. Please try again."),
             )
         }
+        Err(SignInRefused::Unavailable) => return sign_in_unavailable(),
         Err(SignInRefused::TooMany(wait)) => {
             tracing::info!(address = %ctx.address, "dashboard sign-in attempts over the limit");
             let mut r = login_form(
@@ -349,7 +363,9 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
         return login_form(&app, &ctx, Some("Wrong email or password."));
     };
     tracing::info!(email = %user.email, org = %user.org_id, "dashboard sign-in");
-    let (id, _) = app.sessions.start(user.email, user.org_id);
+    let Some((id, _)) = app.sessions.start(user.email, user.org_id) else {
+        return sign_in_unavailable();
+    };
     let mut r = redirect("/dashboard/keys");
     let headers = r.headers_mut();
     headers.append(

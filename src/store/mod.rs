@@ -10,6 +10,7 @@
 pub mod copy;
 pub mod crypto;
 pub mod postgres;
+pub mod shared;
 pub mod sled;
 #[cfg(test)]
 mod suite;
@@ -23,6 +24,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 pub use self::postgres::PgStore;
+pub use self::shared::{SharedState, Space};
 pub use self::sled::SledStore;
 pub use crypto::SecretBox;
 
@@ -43,19 +45,31 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
+/// An opened store and the state shared with the other instances using it.
+#[derive(Clone)]
+pub struct Opened {
+    /// The records.
+    pub store: std::sync::Arc<dyn Store>,
+    /// Sessions, nonces and rate limits: in this process for sled, in the database for
+    /// PostgreSQL.
+    pub shared: std::sync::Arc<dyn SharedState>,
+}
+
 /// Opens the store `storage` configures, creating it (or bringing its schema up to date) on
 /// first use. The data directory is created in either case: it holds the admin socket.
-pub fn open(
-    storage: &crate::config::StorageConfig,
-) -> Result<std::sync::Arc<dyn Store>, OpenError> {
+pub fn open(storage: &crate::config::StorageConfig) -> Result<Opened, OpenError> {
     use crate::config::StorageBackend;
+    use std::sync::Arc;
     let dir = &storage.data_dir;
     let data_dir_error = |e| OpenError::DataDir(dir.display().to_string(), e);
     std::fs::create_dir_all(dir).map_err(data_dir_error)?;
-    let store: std::sync::Arc<dyn Store> = match storage.backend {
+    let opened = match storage.backend {
         StorageBackend::Sled => {
             let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
-            std::sync::Arc::new(SledStore::open(dir, secrets)?)
+            Opened {
+                store: Arc::new(SledStore::open(dir, secrets)?),
+                shared: Arc::new(shared::Local::default()),
+            }
         }
         StorageBackend::Postgres => {
             if storage.postgres_url.trim().is_empty() {
@@ -73,15 +87,19 @@ pub fn open(
                 ));
             }
             let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
-            std::sync::Arc::new(PgStore::open(
+            let pg = Arc::new(PgStore::open(
                 &storage.postgres_url,
                 storage.postgres_pool,
                 secrets,
-            )?)
+            )?);
+            Opened {
+                store: pg.clone(),
+                shared: pg,
+            }
         }
     };
     restrict(dir).map_err(data_dir_error)?;
-    Ok(store)
+    Ok(opened)
 }
 
 /// Makes the data directory its owner's alone: directories 0700, files 0600 (a directory made

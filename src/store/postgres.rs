@@ -22,6 +22,7 @@ use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, NoTls, Row, Statement};
 
+use super::shared::{SharedState, Space};
 use super::{
     call_seq, hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org,
     SecretBox, Store, StoreError,
@@ -29,11 +30,18 @@ use super::{
 use crate::clock;
 
 /// Schema versions in order: (version, what it does, SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "organisations, keys, connectors, dashboard users, usage ledger and day totals",
-    include_str!("migrations/0001_initial.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "organisations, keys, connectors, dashboard users, usage ledger and day totals",
+        include_str!("migrations/0001_initial.sql"),
+    ),
+    (
+        2,
+        "shared entries (sessions, sign-in forms, nonces) and rate limits",
+        include_str!("migrations/0002_shared_state.sql"),
+    ),
+];
 
 /// Key of the advisory lock that serialises migrations between instances starting together.
 const MIGRATION_LOCK: i64 = 0x6361_6c6c_7374_726d; // "callstrm"
@@ -42,10 +50,14 @@ const MIGRATION_LOCK: i64 = 0x6361_6c6c_7374_726d; // "callstrm"
 /// restarted, or a proxy dropped it).
 const CHECK_AFTER_IDLE: Duration = Duration::from_secs(30);
 
-/// [`Store`] on a PostgreSQL database.
+/// Expired shared entries and idle rate-limit rows are deleted once every this many inserts.
+const SWEEP_EVERY: u64 = 512;
+
+/// [`Store`] (and [`SharedState`]) on a PostgreSQL database.
 pub struct PgStore {
     pool: Pool,
     secrets: SecretBox,
+    inserts: std::sync::atomic::AtomicU64,
 }
 
 fn backend(e: postgres::Error) -> StoreError {
@@ -350,7 +362,11 @@ impl PgStore {
             }),
             freed: Condvar::new(),
         };
-        let store = Self { pool, secrets };
+        let store = Self {
+            pool,
+            secrets,
+            inserts: Default::default(),
+        };
         let applied = store.pool.with(|conn| migrate(&mut conn.client))?;
         if !applied.is_empty() {
             tracing::info!(?applied, "database schema migrated");
@@ -852,5 +868,124 @@ impl UsageSink for PgStore {
                 tx.commit().map_err(backend)
             })
             .map_err(UsageError::from)
+    }
+}
+
+/// The database's clock in Unix ms: one clock for every instance.
+const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+impl PgStore {
+    /// Once every [`SWEEP_EVERY`] inserts, deletes what has expired (best effort).
+    fn maybe_sweep(&self, conn: &mut Conn) {
+        let n = self
+            .inserts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % SWEEP_EVERY != 0 {
+            return;
+        }
+        let swept = conn.client.batch_execute(&format!(
+            "DELETE FROM shared_entries WHERE expires_ms <= {DB_NOW_MS};
+             DELETE FROM rate_limits WHERE tat_ms < {DB_NOW_MS} - 60000;"
+        ));
+        if let Err(e) = swept {
+            tracing::warn!(error = %e, "sweeping expired shared entries failed");
+        }
+    }
+}
+
+impl SharedState for PgStore {
+    fn rate(
+        &self,
+        key: &str,
+        per_minute: u32,
+        _now: Instant,
+    ) -> Result<Result<(), Duration>, StoreError> {
+        let interval_ms = i64::from(60_000 / per_minute.max(1));
+        let tolerance_ms = 60_000 - interval_ms;
+        self.pool.with(|conn| {
+            // One statement: the row is locked while it is read and moved on, so two instances
+            // counting the same key at once are serialised by the database.
+            let allowed = conn
+                .query_opt(
+                    "INSERT INTO rate_limits AS r (key, tat_ms)
+                     VALUES ($1, (extract(epoch from clock_timestamp()) * 1000)::bigint + $2)
+                     ON CONFLICT (key) DO UPDATE
+                         SET tat_ms = GREATEST(r.tat_ms, EXCLUDED.tat_ms - $2) + $2
+                         WHERE GREATEST(r.tat_ms, EXCLUDED.tat_ms - $2)
+                               - (EXCLUDED.tat_ms - $2) <= $3
+                     RETURNING tat_ms",
+                    &[&key, &interval_ms, &tolerance_ms],
+                )
+                .map_err(backend)?;
+            if allowed.is_some() {
+                self.maybe_sweep(conn);
+                return Ok(Ok(()));
+            }
+            let ahead: Option<i64> = conn
+                .query_opt(
+                    "SELECT tat_ms - (extract(epoch from clock_timestamp()) * 1000)::bigint
+                     FROM rate_limits WHERE key = $1",
+                    &[&key],
+                )
+                .map_err(backend)?
+                .map(|row| row.get(0));
+            let wait_ms = ahead.unwrap_or(0).saturating_sub(tolerance_ms).max(1);
+            Ok(Err(Duration::from_millis(wait_ms as u64)))
+        })
+    }
+
+    fn insert_new(
+        &self,
+        space: Space,
+        key: &str,
+        value: &str,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let now = clock::now_ms();
+        self.pool.with(|conn| {
+            let stored = conn
+                .query_opt(
+                    "INSERT INTO shared_entries AS e (space, key, value, expires_ms)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (space, key) DO UPDATE
+                         SET value = EXCLUDED.value, expires_ms = EXCLUDED.expires_ms
+                         WHERE e.expires_ms <= $5
+                     RETURNING 1",
+                    &[&(space as i16), &key, &value, &expires_ms, &now],
+                )
+                .map_err(backend)?
+                .is_some();
+            self.maybe_sweep(conn);
+            Ok(stored)
+        })
+    }
+
+    fn get(&self, space: Space, key: &str) -> Result<Option<String>, StoreError> {
+        let now = clock::now_ms();
+        self.pool.with(|conn| {
+            Ok(conn
+                .query_opt(
+                    "SELECT value FROM shared_entries
+                     WHERE space = $1 AND key = $2 AND expires_ms > $3",
+                    &[&(space as i16), &key, &now],
+                )
+                .map_err(backend)?
+                .map(|row| row.get(0)))
+        })
+    }
+
+    fn take(&self, space: Space, key: &str) -> Result<Option<String>, StoreError> {
+        let now = clock::now_ms();
+        self.pool.with(|conn| {
+            Ok(conn
+                .query_opt(
+                    "DELETE FROM shared_entries WHERE space = $1 AND key = $2
+                     RETURNING value, expires_ms",
+                    &[&(space as i16), &key],
+                )
+                .map_err(backend)?
+                .filter(|row| row.get::<_, i64>(1) > now)
+                .map(|row| row.get(0)))
+        })
     }
 }

@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use callstream_actors::usage::{UsageEvent, UsageKind, UsageSink, UsageSource};
+use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
 
 use super::crypto::KEY_LEN;
 use super::testpg::Cluster;
 use super::{
-    ApiKey, Connector, DashboardUser, McpIntegration, Org, PgStore, SecretBox, SledStore, Store,
-    StoreError,
+    ApiKey, Connector, DashboardUser, McpIntegration, Org, PgStore, SecretBox, SharedState,
+    SledStore, Space, Store, StoreError,
 };
+use crate::clock;
 
 /// A place a store lives, which can be opened (again) with a given key.
 trait Backend {
@@ -23,6 +24,9 @@ trait Backend {
     fn open(&self) -> Arc<dyn Store> {
         self.open_with(3)
     }
+
+    /// The shared state as two instances see it.
+    fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>);
 }
 
 struct Sled(tempfile::TempDir);
@@ -36,6 +40,12 @@ impl Sled {
 impl Backend for Sled {
     fn open_with(&self, key: u8) -> Arc<dyn Store> {
         Arc::new(SledStore::open(self.0.path(), SecretBox::new(&[key; KEY_LEN])).unwrap())
+    }
+
+    fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
+        // One process, one state: what the embedded store's single instance uses.
+        let local: Arc<dyn SharedState> = Arc::new(super::shared::Local::default());
+        (local.clone(), local)
     }
 
     fn raw(&self) -> Vec<u8> {
@@ -63,6 +73,13 @@ impl Postgres {
 impl Backend for Postgres {
     fn open_with(&self, key: u8) -> Arc<dyn Store> {
         Arc::new(PgStore::open(&self.0, 4, SecretBox::new(&[key; KEY_LEN])).unwrap())
+    }
+
+    fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
+        let open = || -> Arc<dyn SharedState> {
+            Arc::new(PgStore::open(&self.0, 4, SecretBox::new(&[3; KEY_LEN])).unwrap())
+        };
+        (open(), open())
     }
 
     fn raw(&self) -> Vec<u8> {
@@ -521,6 +538,60 @@ fn copy_moves_everything(b: &dyn Backend) {
     }
 }
 
+/// An entry stored by one instance is seen, and refused again, by the other; `take` hands it
+/// to one caller; expired entries count as absent.
+fn shared_entries_are_seen_by_every_instance(b: &dyn Backend) {
+    let (a, other) = b.shared_pair();
+    let later = clock::now_ms() + 60_000;
+    assert!(a.insert_new(Space::Nonce, "n1", "", later).unwrap());
+    assert!(!other.insert_new(Space::Nonce, "n1", "", later).unwrap());
+    // Spaces are apart.
+    assert!(other
+        .insert_new(Space::SignInForm, "n1", "", later)
+        .unwrap());
+    assert!(other
+        .insert_new(Space::Session, "s1", "{\"v\":1}", later)
+        .unwrap());
+    assert_eq!(
+        a.get(Space::Session, "s1").unwrap().as_deref(),
+        Some("{\"v\":1}")
+    );
+    assert_eq!(
+        a.take(Space::SignInForm, "n1").unwrap().as_deref(),
+        Some("")
+    );
+    assert_eq!(other.take(Space::SignInForm, "n1").unwrap(), None);
+    assert_eq!(other.get(Space::Session, "nope").unwrap(), None);
+    // An expired entry is absent, and may be stored again.
+    let past = clock::now_ms() - 1;
+    assert!(a.insert_new(Space::Nonce, "old", "", past).unwrap());
+    assert_eq!(other.get(Space::Nonce, "old").unwrap(), None);
+    assert!(other.insert_new(Space::Nonce, "old", "", later).unwrap());
+    assert!(!a.insert_new(Space::Nonce, "old", "", later).unwrap());
+}
+
+/// A burst split across two instances gets the key's budget once, not once per instance.
+fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
+    let (a, other) = b.shared_pair();
+    let now = std::time::Instant::now();
+    let mut allowed = 0;
+    let mut waits = Vec::new();
+    for i in 0..40 {
+        let instance = if i % 2 == 0 { &a } else { &other };
+        match instance.rate("key:k1", 30, now).unwrap() {
+            Ok(()) => allowed += 1,
+            Err(wait) => waits.push(wait),
+        }
+    }
+    assert_eq!(allowed, 30);
+    assert_eq!(waits.len(), 10);
+    assert!(waits
+        .iter()
+        .all(|w| *w > std::time::Duration::ZERO && *w <= std::time::Duration::from_secs(2)));
+    // Another key has its own budget.
+    assert_eq!(other.rate("key:k2", 30, now).unwrap(), Ok(()));
+}
+
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sled_backend {
@@ -541,6 +612,8 @@ on_every_backend!(
     connector_secret_is_sealed_and_rotates,
     dashboard_users_are_unique_by_email,
     copy_moves_everything,
+    shared_entries_are_seen_by_every_instance,
+    a_rate_budget_is_one_across_instances,
 );
 
 #[test]
