@@ -28,11 +28,11 @@ fn parts(dir: &std::path::Path) -> Parts {
     let opened = open_store(&config.storage).expect("store");
     let store = opened.store;
     Parts {
-        admin: Admin::new(config.clone(), store.clone()),
+        admin: Admin::new(config.clone(), store.clone(), opened.shared.clone()),
         auth: Authenticator::new(
             config.clone(),
             store.clone(),
-            callstream::usage::Quotas::new(config, store.clone()),
+            callstream::usage::Quotas::new(config, store.clone(), opened.shared.clone()),
             opened.shared,
         ),
         store,

@@ -34,6 +34,8 @@ pub struct App {
     pub calls: Arc<crate::calls::Calls>,
     /// Caps on sessions and calls held open at once per key, connector and organisation.
     pub slots: Arc<crate::auth::slots::Slots>,
+    /// State shared with the other instances on the same database.
+    pub shared: Arc<dyn crate::store::SharedState>,
     /// Dashboard sign-in sessions.
     pub sessions: Arc<crate::auth::sessions::Sessions>,
     /// What guards the dashboard's sign-in form.
@@ -81,6 +83,7 @@ impl App {
         let config = Arc::new(config);
         let languages = model_languages(&config.models.whisper)?;
         let opened = crate::store::open(&config.storage)?;
+        opened.shared.start_instance();
         let store = opened.store.clone();
         let llm = crate::llm::build_provider(&config)?;
         let asr = Arc::new(crate::speech::start_pool(&config, None)?);
@@ -93,7 +96,8 @@ impl App {
                     .map_err(OpenError::Config)?,
             },
         );
-        let quotas = crate::usage::Quotas::new(config.clone(), store.clone());
+        let quotas =
+            crate::usage::Quotas::new(config.clone(), store.clone(), opened.shared.clone());
         Ok(Self {
             lifecycle: Arc::default(),
             slots: Arc::default(),
@@ -118,7 +122,8 @@ impl App {
                 quotas,
                 opened.shared.clone(),
             )),
-            admin: Admin::new(config.clone(), store.clone()),
+            admin: Admin::new(config.clone(), store.clone(), opened.shared.clone()),
+            shared: opened.shared.clone(),
             languages: Arc::new(languages),
             store,
             config,

@@ -64,13 +64,43 @@ impl Drop for Registered {
     }
 }
 
-/// Every `every`, ends the calls whose connector or organisation is no longer valid. Stops
-/// when the calls are gone.
-async fn watch_revocations(calls: std::sync::Weak<Calls>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
+/// When a watcher is told of changes, it still checks this often: a notification lost while
+/// the database connection was being re-made is caught by then.
+pub const FALLBACK_CHECK: Duration = Duration::from_secs(30);
+
+/// Waits for the next moment to check revocations: a tick of `tick`, or a change announced by
+/// any instance when `changes` is given (a closed channel falls back to the ticks).
+pub async fn next_check(
+    tick: &mut tokio::time::Interval,
+    changes: &mut Option<tokio::sync::watch::Receiver<u64>>,
+) {
+    let Some(rx) = changes.as_mut() else {
+        tick.tick().await;
+        return;
+    };
+    tokio::select! {
+        _ = tick.tick() => {}
+        changed = rx.changed() => if changed.is_err() { *changes = None },
+    }
+}
+
+/// Ends the calls whose connector or organisation is no longer valid: every `every`, or, when
+/// the instances share a database, whenever any of them announces a change (and every
+/// [`FALLBACK_CHECK`]). Stops when the calls are gone.
+async fn watch_revocations(
+    calls: std::sync::Weak<Calls>,
+    every: Duration,
+    mut changes: Option<tokio::sync::watch::Receiver<u64>>,
+) {
+    let period = if changes.is_some() {
+        FALLBACK_CHECK
+    } else {
+        every
+    };
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        next_check(&mut tick, &mut changes).await;
         let Some(calls) = calls.upgrade() else { return };
         if calls.running() == 0 {
             continue;
@@ -92,6 +122,7 @@ pub struct Calls {
     store: Arc<dyn Store>,
     quotas: Arc<Quotas>,
     nonces: NonceCache,
+    shared: Arc<dyn crate::store::SharedState>,
     billing: OnceCell<ActorRef<BillingMsg>>,
     // A std Mutex: held to add, remove or list entries, never across an await.
     running: Mutex<HashMap<String, Running>>,
@@ -118,13 +149,14 @@ impl Calls {
             quotas: Arc::new(quotas),
             config,
             store,
-            nonces: NonceCache::new(shared),
+            nonces: NonceCache::new(shared.clone()),
+            live: Arc::new(LiveCalls::new(shared.clone())),
+            shared,
             billing: OnceCell::new(),
             running: Mutex::default(),
             watching: std::sync::Once::new(),
             classifier: Arc::new(LlmIntent::new(provider)),
             stats: Arc::new(LiveStats::default()),
-            live: Arc::new(LiveCalls::default()),
         }
     }
 
@@ -174,6 +206,7 @@ impl Calls {
             tokio::spawn(watch_revocations(
                 Arc::downgrade(self),
                 Duration::from_millis(self.config.calls.revocation_check_ms),
+                self.shared.changes(),
             ));
         });
         self.running_calls().insert(

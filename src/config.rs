@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub header_read_timeout_ms: u64,
     /// How long a graceful stop waits for work in progress to finish and be billed.
     pub shutdown_timeout_ms: u64,
+    /// On SIGTERM, how long live calls in progress may run on (new calls and sessions are
+    /// refused, `/readyz` answers 503) before the graceful stop; 0 stops at once.
+    pub drain_timeout_ms: u64,
     /// The authority (`host[:port]`) live-call signatures may also be made over, besides the
     /// request's `Host`: what clients connect to when a proxy rewrites `Host`. Empty: the host
     /// of `public_url`.

@@ -6,7 +6,7 @@
 //! from any connection (a realtime turn whose client has gone, billing itself) holds a
 //! [`Work`] guard, and the server waits for those guards, up to a bound, before it exits.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use tokio::sync::{watch, Notify};
 /// Whether the process is stopping, and what is still running.
 #[derive(Debug)]
 pub struct Lifecycle {
+    draining: AtomicBool,
     stopping: watch::Sender<bool>,
     work: AtomicUsize,
     idle: Notify,
@@ -23,6 +24,7 @@ pub struct Lifecycle {
 impl Default for Lifecycle {
     fn default() -> Self {
         Self {
+            draining: AtomicBool::new(false),
             stopping: watch::channel(false).0,
             work: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -43,6 +45,17 @@ impl Drop for Work {
 }
 
 impl Lifecycle {
+    /// Starts draining: new calls and realtime sessions are refused (503), the readiness
+    /// check fails, and what runs goes on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// True once [`Lifecycle::drain`] or [`Lifecycle::stop`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire) || self.is_stopping()
+    }
+
     /// Starts stopping: everything watching [`Lifecycle::stopped`] is told.
     pub fn stop(&self) {
         self.stopping.send_replace(true);

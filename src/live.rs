@@ -1,8 +1,15 @@
 //! Calls in progress, as the dashboard's live page shows them: the engine's [`CallObserver`]
 //! port kept as a map per call and a broadcast feed of what happens to them.
+//!
+//! With instances sharing a database, each lists its calls there and sends its events to the
+//! others ([`SharedState::publish_live`]); the page of any instance shows the organisation's
+//! calls on all of them. A call on another instance shows the lines heard since the page
+//! opened (its snapshot holds none).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::store::SharedState;
 
 use callstream_actors::call::{CallInfo, CallObserver};
 use callstream_actors::transcript::round3;
@@ -12,7 +19,7 @@ use tokio::sync::broadcast;
 const MAX_LINES: usize = 500;
 
 /// A call in progress, as the dashboard shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LiveCall {
     /// Call id.
     pub call_id: String,
@@ -32,7 +39,7 @@ pub struct LiveCall {
 }
 
 /// A final transcript of a call in progress.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LiveLine {
     /// Channel index.
     pub channel: usize,
@@ -65,46 +72,82 @@ pub enum LiveEvent {
     },
 }
 
-/// The calls in progress, per organisation, and a feed of what happens to them.
+/// The calls in progress, per organisation, and a feed of what happens to them: (organisation
+/// id, the event as JSON).
 pub struct LiveCalls {
     // A std Mutex: a map update per transcript, never held across an await.
     calls: Mutex<HashMap<String, LiveCall>>,
-    feed: broadcast::Sender<(String, LiveEvent)>,
-}
-
-impl Default for LiveCalls {
-    fn default() -> Self {
-        Self {
-            calls: Default::default(),
-            feed: broadcast::channel(1024).0,
-        }
-    }
+    feed: broadcast::Sender<(String, String)>,
+    shared: Arc<dyn SharedState>,
 }
 
 impl LiveCalls {
-    /// The organisation's calls in progress, oldest first.
+    /// The calls of this instance, shared with the others through `shared`, whose events
+    /// join this instance's feed.
+    pub fn new(shared: Arc<dyn SharedState>) -> Self {
+        let feed = broadcast::channel(1024).0;
+        if let Some(mut remote) = shared.remote_live() {
+            let local = feed.clone();
+            let relay = std::thread::Builder::new()
+                .name("live-relay".into())
+                .spawn(move || loop {
+                    match remote.blocking_recv() {
+                        Ok(event) => {
+                            let _ = local.send(event);
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                });
+            if let Err(e) = relay {
+                tracing::error!(error = %e, "cannot relay other instances' live events");
+            }
+        }
+        Self {
+            calls: Default::default(),
+            feed,
+            shared,
+        }
+    }
+
+    /// The organisation's calls in progress, here and on the other instances, oldest first.
     pub fn of_org(&self, org_id: &str) -> Vec<LiveCall> {
-        let calls = self
-            .calls
-            .lock()
-            .expect("live call map lock is never poisoned");
-        let mut list: Vec<LiveCall> = calls
-            .values()
-            .filter(|c| c.org_id == org_id)
-            .cloned()
-            .collect();
+        let mut list: Vec<LiveCall> = {
+            let calls = self
+                .calls
+                .lock()
+                .expect("live call map lock is never poisoned");
+            calls
+                .values()
+                .filter(|c| c.org_id == org_id)
+                .cloned()
+                .collect()
+        };
+        for remote in self.shared.remote_calls(org_id) {
+            match serde_json::from_str::<LiveCall>(&remote.call) {
+                Ok(mut call) => {
+                    call.org_id = org_id.to_owned();
+                    list.push(call);
+                }
+                Err(e) => {
+                    tracing::warn!(instance = %remote.instance, error = %e, "unreadable shared call")
+                }
+            }
+        }
         list.sort_by(|a, b| a.started_at.cmp(&b.started_at));
         list
     }
 
-    /// Everything that happens from now on: (organisation id, event).
-    pub fn subscribe(&self) -> broadcast::Receiver<(String, LiveEvent)> {
+    /// Everything that happens from now on: (organisation id, event JSON).
+    pub fn subscribe(&self) -> broadcast::Receiver<(String, String)> {
         self.feed.subscribe()
     }
 
     fn publish(&self, org_id: String, event: LiveEvent) {
+        let json = serde_json::to_string(&event).expect("live events serialize");
+        self.shared.publish_live(&org_id, &json);
         // Nobody watching is fine.
-        let _ = self.feed.send((org_id, event));
+        let _ = self.feed.send((org_id, json));
     }
 }
 
@@ -123,6 +166,11 @@ impl CallObserver for LiveCalls {
             .lock()
             .expect("live call map lock is never poisoned")
             .insert(call.call_id.clone(), live.clone());
+        self.shared.call_opened(
+            &call.call_id,
+            &call.org_id,
+            &serde_json::to_string(&live).expect("a live call serializes"),
+        );
         self.publish(call.org_id.clone(), LiveEvent::Opened { call: live });
     }
 
@@ -162,6 +210,7 @@ impl CallObserver for LiveCalls {
             .expect("live call map lock is never poisoned")
             .remove(call_id);
         if let Some(call) = removed {
+            self.shared.call_ended(call_id);
             self.publish(
                 call.org_id,
                 LiveEvent::Ended {

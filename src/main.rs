@@ -275,25 +275,85 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let listen = config.server.listen;
+    let drain = std::time::Duration::from_millis(config.server.drain_timeout_ms);
     let app = App::open(config)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let server = server::start(app, listen).await?;
+        let server = server::start(app.clone(), listen).await?;
         // The first line on stdout says where to connect; scripts and tests read it.
         println!("callstream listening on http://{}", server.addr);
-        shutdown_signal().await;
+        let mut signals = Signals::new();
+        if signals.next().await == Signal::Terminate && !drain.is_zero() {
+            drain_calls(&app, drain, &mut signals).await;
+        }
         tracing::info!("shutting down");
         server.stop().await;
+        app.shared.stop_instance();
         Ok(())
     })
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler succeeds on Unix");
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term.recv() => {}
+/// Stops taking new calls and sessions (the readiness check says so) and lets the live calls
+/// in progress run on, until they have all ended, `within` has passed, or another signal comes.
+async fn drain_calls(app: &App, within: std::time::Duration, signals: &mut Signals) {
+    tracing::info!(
+        calls = app.calls.running(),
+        within_ms = within.as_millis() as u64,
+        "draining: no new calls or sessions; calls in progress run on"
+    );
+    app.lifecycle.drain();
+    app.shared.set_draining();
+    let deadline = tokio::time::Instant::now() + within;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = signals.next() => {
+                tracing::info!("second signal: stopping now");
+                return;
+            }
+        }
+        if app.calls.running() == 0 {
+            tracing::info!("drained: no call in progress");
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                calls = app.calls.running(),
+                "drain time is over; stopping the calls left"
+            );
+            return;
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Signal {
+    Interrupt,
+    Terminate,
+}
+
+/// SIGINT and SIGTERM, as they come.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self {
+            term: signal(SignalKind::terminate())
+                .expect("installing a SIGTERM handler succeeds on Unix"),
+            int: signal(SignalKind::interrupt())
+                .expect("installing a SIGINT handler succeeds on Unix"),
+        }
+    }
+
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::Interrupt,
+            _ = self.term.recv() => Signal::Terminate,
+        }
     }
 }

@@ -4,30 +4,30 @@
 //! Every piece of metered work reserves its worst case before it starts (a chat turn its
 //! prompt and `max_tokens`, a file its length, a live call a slice of audio at a time) and
 //! gives the reservation back once its real usage is in the ledger. What is left for new work
-//! is the quota minus the ledger minus the reservations, checked and taken in one step under
-//! one lock, so parallel requests never share the same remainder.
+//! is the quota minus the ledger minus the reservations, checked and taken in one step (under
+//! one lock in a process, under one database lock per pool across instances), so parallel
+//! requests never share the same remainder.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use callstream_actors::usage::{Account, Allowance, QuotaGate, UsageError, UsageKind};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{self, MonthPeriod};
 use crate::config::{Config, Plan};
-use crate::store::{DayUsage, Store, StoreError};
+use crate::store::shared::PoolRef;
+use crate::store::{DayUsage, SharedState, Store, StoreError};
 
 /// Milliseconds in an audio-minute.
 pub const MS_PER_MINUTE: u64 = 60_000;
 
-/// Quota answers for every organisation, and the reservations of work in progress. Clones
-/// share the reservations: build one per process.
+/// Quota answers for every organisation, and the reservations of work in progress, kept in
+/// the [`SharedState`] of the instances.
 #[derive(Clone)]
 pub struct Quotas {
     config: Arc<Config>,
     store: Arc<dyn Store>,
-    // A std Mutex: held for one ledger read, never across an await.
-    reserved: Arc<Mutex<HashMap<(String, UsageKind), u64>>>,
+    shared: Arc<dyn SharedState>,
 }
 
 /// A reservation against a pool, given back when dropped. [`Reservation::settle`] records the
@@ -131,12 +131,12 @@ pub struct PoolReportSeconds {
 }
 
 impl Quotas {
-    /// Quotas over `store` with the plans of `config`.
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
+    /// Quotas over `store` with the plans of `config`, holding reservations in `shared`.
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, shared: Arc<dyn SharedState>) -> Self {
         Self {
             config,
             store,
-            reserved: Arc::default(),
+            shared,
         }
     }
 
@@ -220,11 +220,14 @@ impl Quotas {
         kind: UsageKind,
         at_ms: i64,
     ) -> Result<Allowance, StoreError> {
-        let reserved = self.reserved_of(org_id, kind);
-        Ok(match self.unreserved(org_id, plan, kind, at_ms)? {
-            Allowance::Remaining(left) => Allowance::Remaining(left.saturating_sub(reserved)),
-            unlimited => unlimited,
-        })
+        let Some(quota) = quota_of(plan, kind) else {
+            return Ok(Allowance::Unlimited);
+        };
+        let used = self.used(org_id, kind, &clock::month_of(at_ms))?;
+        let reserved = self.shared.reserved(org_id, kind)?;
+        Ok(Allowance::Remaining(
+            quota.saturating_sub(used).saturating_sub(reserved),
+        ))
     }
 
     /// Reserves up to `want` of `kind` for `org_id` on `plan`, at least `min` (else nothing):
@@ -238,80 +241,52 @@ impl Quotas {
         min: u64,
         at_ms: i64,
     ) -> Result<Option<Reservation>, StoreError> {
-        let mut reserved = self
-            .reserved
-            .lock()
-            .expect("reservation lock is never poisoned");
-        let held = reserved
-            .get(&(org_id.to_owned(), kind))
-            .copied()
-            .unwrap_or(0);
-        let granted = match self.unreserved(org_id, plan, kind, at_ms)? {
-            Allowance::Unlimited => want,
-            Allowance::Remaining(left) => want.min(left.saturating_sub(held)),
+        let month = clock::month_of(at_ms);
+        let pool = PoolRef {
+            org_id,
+            kind,
+            quota: quota_of(plan, kind),
+            first_day: &month.first_day,
+            last_day: &month.last_day,
         };
-        if granted < min.max(1) && want > 0 {
-            return Ok(None);
-        }
-        *reserved.entry((org_id.to_owned(), kind)).or_insert(0) += granted;
-        drop(reserved);
-        Ok(Some(Reservation {
+        let granted = self
+            .shared
+            .reserve(pool, want, min, &|| self.used(org_id, kind, &month))?;
+        Ok(granted.map(|amount| Reservation {
             quotas: self.clone(),
             org_id: org_id.to_owned(),
             kind,
-            amount: granted,
+            amount,
         }))
-    }
-
-    fn reserved_of(&self, org_id: &str, kind: UsageKind) -> u64 {
-        self.reserved
-            .lock()
-            .expect("reservation lock is never poisoned")
-            .get(&(org_id.to_owned(), kind))
-            .copied()
-            .unwrap_or(0)
     }
 
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
         if amount == 0 {
             return;
         }
-        let mut reserved = self
-            .reserved
-            .lock()
-            .expect("reservation lock is never poisoned");
-        let key = (org_id.to_owned(), kind);
-        if let Some(held) = reserved.get_mut(&key) {
-            *held = held.saturating_sub(amount);
-            if *held == 0 {
-                reserved.remove(&key);
-            }
+        if let Err(e) = self.shared.release(org_id, kind, amount) {
+            // The reservation stays held until this instance's rows are cleared (restart).
+            tracing::error!(org = org_id, amount, error = %e, "cannot give a reservation back");
         }
     }
 
-    /// What the ledger leaves of the quota, reservations aside.
-    fn unreserved(
-        &self,
-        org_id: &str,
-        plan: &Plan,
-        kind: UsageKind,
-        at_ms: i64,
-    ) -> Result<Allowance, StoreError> {
-        let quota = match kind {
-            UsageKind::Tokens => plan.chat_tokens_per_month,
-            UsageKind::AudioMs => plan
-                .audio_minutes_per_month
-                .map(|m| m.saturating_mul(MS_PER_MINUTE)),
-        };
-        let Some(quota) = quota else {
-            return Ok(Allowance::Unlimited);
-        };
-        let (_, tokens, audio_ms) = self.month_totals(org_id, &clock::month_of(at_ms))?;
-        let used = match kind {
+    /// What the ledger holds of `kind` for `org_id` in `month`.
+    fn used(&self, org_id: &str, kind: UsageKind, month: &MonthPeriod) -> Result<u64, StoreError> {
+        let (_, tokens, audio_ms) = self.month_totals(org_id, month)?;
+        Ok(match kind {
             UsageKind::Tokens => tokens,
             UsageKind::AudioMs => audio_ms,
-        };
-        Ok(Allowance::Remaining(quota.saturating_sub(used)))
+        })
+    }
+}
+
+/// The plan's monthly quota of `kind`, in the pool's unit; `None` when unlimited.
+fn quota_of(plan: &Plan, kind: UsageKind) -> Option<u64> {
+    match kind {
+        UsageKind::Tokens => plan.chat_tokens_per_month,
+        UsageKind::AudioMs => plan
+            .audio_minutes_per_month
+            .map(|m| m.saturating_mul(MS_PER_MINUTE)),
     }
 }
 

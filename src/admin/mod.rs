@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::keys;
 use crate::clock;
 use crate::config::Config;
-use crate::store::{new_id, ApiKey, Connector, Org, Store, StoreError};
+use crate::store::{new_id, ApiKey, Connector, Org, SharedState, Store, StoreError};
 use crate::usage::{Quotas, UsageReport};
 
 /// One administrative operation. `Debug` (what the logs show) leaves passwords out; MCP
@@ -298,6 +298,7 @@ impl From<StoreError> for AdminError {
 pub struct Admin {
     config: Arc<Config>,
     store: Arc<dyn Store>,
+    shared: Arc<dyn SharedState>,
 }
 
 fn org_view(o: &Org) -> OrgView {
@@ -335,9 +336,14 @@ fn connector_view(c: &Connector) -> ConnectorView {
 }
 
 impl Admin {
-    /// Operations on `store` with the plans and public URL of `config`.
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
-        Self { config, store }
+    /// Operations on `store` with the plans and public URL of `config`; revocations and
+    /// organisation changes are announced through `shared` to every instance.
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, shared: Arc<dyn SharedState>) -> Self {
+        Self {
+            config,
+            store,
+            shared,
+        }
     }
 
     fn ws_url(&self) -> String {
@@ -395,6 +401,7 @@ impl Admin {
                 if !org.deleted {
                     org.deleted = true;
                     self.store.update_org(&org)?;
+                    self.shared.announce_change();
                 }
                 Ok(AdminResponse::Org(org_view(&org)))
             }
@@ -402,6 +409,7 @@ impl Admin {
                 let mut org = self.org(&org, true)?;
                 org.system_prompt = system_prompt.filter(|p| !p.trim().is_empty());
                 self.store.update_org(&org)?;
+                self.shared.announce_change();
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::OrgSetMcp { org, mcp } => {
@@ -416,6 +424,7 @@ impl Admin {
                 }
                 org.mcp = mcp;
                 self.store.update_org(&org)?;
+                self.shared.announce_change();
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::KeyCreate { org, name } => {
@@ -468,9 +477,11 @@ impl Admin {
                 self.store.insert_user(&user)?;
                 Ok(AdminResponse::User { email, org_id: org })
             }
-            AdminRequest::KeyRevoke { key } => Ok(AdminResponse::Key(key_view(
-                &self.store.revoke_api_key(&key, now)?,
-            ))),
+            AdminRequest::KeyRevoke { key } => Ok(AdminResponse::Key(key_view(&{
+                let revoked = self.store.revoke_api_key(&key, now)?;
+                self.shared.announce_change();
+                revoked
+            }))),
             AdminRequest::ConnectorCreate { org, name } => {
                 let org = self.org(&org, true)?;
                 let (secret, text) = keys::new_client_secret();
@@ -518,19 +529,24 @@ impl Admin {
                     websocket_url: self.ws_url(),
                 })
             }
-            AdminRequest::ConnectorRevoke { client_id } => Ok(AdminResponse::Connector(
-                connector_view(&self.store.revoke_connector(&client_id, now)?),
-            )),
+            AdminRequest::ConnectorRevoke { client_id } => {
+                Ok(AdminResponse::Connector(connector_view(&{
+                    let revoked = self.store.revoke_connector(&client_id, now)?;
+                    self.shared.announce_change();
+                    revoked
+                })))
+            }
             AdminRequest::Usage { org } => {
                 let org = self.org(&org, false)?;
-                let report: UsageReport = Quotas::new(self.config.clone(), self.store.clone())
-                    .report(&org.id, now)
-                    .map_err(|e| match e {
-                        UsageError::UnknownOrg(id) => {
-                            AdminError::NotFound(format!("no organisation with id {id}"))
-                        }
-                        other => AdminError::Store(other.to_string()),
-                    })?;
+                let report: UsageReport =
+                    Quotas::new(self.config.clone(), self.store.clone(), self.shared.clone())
+                        .report(&org.id, now)
+                        .map_err(|e| match e {
+                            UsageError::UnknownOrg(id) => {
+                                AdminError::NotFound(format!("no organisation with id {id}"))
+                            }
+                            other => AdminError::Store(other.to_string()),
+                        })?;
                 Ok(AdminResponse::Usage(Box::new(report)))
             }
         }
@@ -550,7 +566,11 @@ impl AdminClient {
     pub fn connect(config: Arc<Config>) -> Result<Self, AdminError> {
         let data_dir = config.storage.data_dir.clone();
         match crate::store::open(&config.storage) {
-            Ok(opened) => Ok(AdminClient::Direct(Admin::new(config, opened.store))),
+            Ok(opened) => Ok(AdminClient::Direct(Admin::new(
+                config,
+                opened.store,
+                opened.shared,
+            ))),
             Err(crate::store::OpenError::Store(StoreError::Locked(_))) => {
                 Ok(AdminClient::Socket(socket::socket_path(&data_dir)))
             }

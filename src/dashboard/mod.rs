@@ -646,14 +646,13 @@ fn live_feed(app: &App, s: Session) -> Response<Body> {
 }
 
 fn tokio_stream_of(
-    rx: tokio::sync::broadcast::Receiver<(String, crate::live::LiveEvent)>,
+    rx: tokio::sync::broadcast::Receiver<(String, String)>,
     org_id: String,
 ) -> impl futures_util::Stream<Item = Result<String, Infallible>> {
     futures_util::stream::unfold((rx, org_id), |(mut rx, org_id)| async move {
         loop {
             match rx.recv().await {
-                Ok((org, event)) if org == org_id => {
-                    let data = serde_json::to_string(&event).expect("events serialize");
+                Ok((org, data)) if org == org_id => {
                     return Some((Ok(format!("data: {data}\n\n")), (rx, org_id)));
                 }
                 Ok(_) => continue,

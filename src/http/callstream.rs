@@ -45,6 +45,9 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .map(
             move |ws: Ws, path: warp::path::FullPath, query: String, headers: HeaderMap| {
                 let app = app.clone();
+                if app.lifecycle.is_draining() {
+                    return ApiError::Draining.to_response();
+                }
                 let verdict = match authenticate(&app, path.as_str(), &query, &headers) {
                     Ok(account) => match admit(&app, &account) {
                         Ok(slots) => Ok((account, slots)),

@@ -151,6 +151,9 @@ pub enum ApiError {
     /// A failure of ours.
     #[error("internal error: {0}")]
     Internal(String),
+    /// This instance is draining before a restart: it takes no new calls or sessions.
+    #[error("this instance is draining")]
+    Draining,
 }
 
 impl warp::reject::Reject for ApiError {}
@@ -238,6 +241,7 @@ impl ApiError {
             }
             ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
             ApiError::TooMany { code, .. } => (StatusCode::TOO_MANY_REQUESTS, code),
+            ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
             ApiError::Detailed { error, .. } => error.status(),
             ApiError::Llm(e) => match e {
                 LlmError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "model_busy"),
@@ -279,7 +283,9 @@ impl ApiError {
             ApiError::Auth(AuthError::RateLimited { retry_after, .. }) => {
                 Some(retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0))
             }
-            ApiError::Llm(LlmError::Busy) | ApiError::TooMany { .. } => Some(1),
+            ApiError::Llm(LlmError::Busy) | ApiError::TooMany { .. } | ApiError::Draining => {
+                Some(1)
+            }
             _ => None,
         };
         let mut response = json_error(status, code, message);
@@ -304,6 +310,9 @@ fn request_id() -> String {
 fn server_error_text(code: &str) -> &'static str {
     match code {
         "model_busy" => "the language model is busy; try again shortly",
+        "draining" => {
+            "this instance is restarting and takes no new calls or sessions; connect again"
+        }
         "storage_unavailable" => "storage is unavailable; try again shortly",
         "upstream_error" => "the language model provider failed",
         "upstream_timeout" => "the language model provider did not answer in time",

@@ -1,10 +1,35 @@
-//! `GET /healthz`: liveness, no authentication.
+//! `GET /healthz` (liveness) and `GET /readyz` (readiness), no authentication.
+//!
+//! A draining instance (SIGTERM with `server.drain_timeout_ms`) is alive but not ready: load
+//! balancers stop sending it new calls and sessions while the ones it runs finish.
 
+use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
-/// `GET /healthz` answers `{"status":"ok"}`.
-pub fn routes() -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
-    warp::path!("healthz")
-        .and(warp::get())
-        .map(|| warp::reply::json(&serde_json::json!({"status": "ok"})))
+use crate::app::App;
+
+/// `GET /healthz` answers 200 `{"status":"ok"}` (or `"draining"`) while the process serves;
+/// `GET /readyz` answers 200 `{"status":"ready"}`, or 503 `{"status":"draining"}`.
+pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
+    let live_app = app.clone();
+    let healthz = warp::path!("healthz").and(warp::get()).map(move || {
+        let status = if live_app.lifecycle.is_draining() {
+            "draining"
+        } else {
+            "ok"
+        };
+        warp::reply::json(&serde_json::json!({ "status": status }))
+    });
+    let readyz = warp::path!("readyz").and(warp::get()).map(move || {
+        let (status, code) = if app.lifecycle.is_draining() {
+            ("draining", StatusCode::SERVICE_UNAVAILABLE)
+        } else {
+            ("ready", StatusCode::OK)
+        };
+        warp::reply::with_status(
+            warp::reply::json(&serde_json::json!({ "status": status })),
+            code,
+        )
+    });
+    healthz.or(readyz)
 }

@@ -28,7 +28,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Infallib
 
 /// Every route, errors still as rejections (compose before [`errors::recover`]).
 pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
-    health::routes()
+    health::routes(app.clone())
         .or(metrics::routes(app.clone()))
         .or(callstream::routes(app.clone()))
         .or(crate::dashboard::routes(app.clone()))

@@ -74,6 +74,9 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::header::optional::<String>("x-api-key"))
         .map(move |ws: Ws, key: Option<String>| {
             let app = app.clone();
+            if app.lifecycle.is_draining() {
+                return ApiError::Draining.to_response();
+            }
             let limits = &app.config.realtime;
             let admitted = match app.auth.authenticate(key.as_deref()) {
                 Ok(caller) => {
@@ -316,7 +319,14 @@ async fn session(
     let key = key.expect("authenticated, so a key was given");
     let (turn_tx, mut turn_rx) = mpsc::channel::<ServerFrame>(64);
     let mut turn: Option<tokio::task::JoinHandle<()>> = None;
-    let mut check = tokio::time::interval(KEY_CHECK);
+    // With a shared database the key is checked when any instance announces a change (and
+    // now and then); alone, on a short timer.
+    let mut changes = app.shared.changes();
+    let mut check = tokio::time::interval(if changes.is_some() {
+        crate::calls::FALLBACK_CHECK
+    } else {
+        KEY_CHECK
+    });
     let idle = Duration::from_millis(limits.idle_timeout_ms);
     let mut idle_at = tokio::time::Instant::now() + idle;
     let stopped = app.lifecycle.stopped();
@@ -362,7 +372,7 @@ async fn session(
                     break End::Gone;
                 }
             }
-            _ = check.tick() => {
+            () = crate::calls::next_check(&mut check, &mut changes) => {
                 match app.auth.authenticate(Some(&key)) {
                     Ok(_) => {}
                     Err(e @ (AuthError::MissingKey | AuthError::InvalidKey | AuthError::OrgDeleted)) => break End::Refused(e),

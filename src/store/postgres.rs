@@ -15,11 +15,13 @@
 //! returns; the ledger row and its day total change in one transaction.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::shared::{SharedState, Space};
@@ -41,7 +43,28 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "shared entries (sessions, sign-in forms, nonces) and rate limits",
         include_str!("migrations/0002_shared_state.sql"),
     ),
+    (
+        3,
+        "instances, their reservations and live calls",
+        include_str!("migrations/0003_instances.sql"),
+    ),
 ];
+
+/// How often an instance writes its heartbeat.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// An instance whose heartbeat is older than this (ms) is gone: its reservations and calls
+/// no longer count, and the next sweep deletes them.
+const INSTANCE_STALE_MS: i64 = 15_000;
+
+/// Channel of revocations and organisation changes.
+const CHANGES_CHANNEL: &str = "callstream_changes";
+
+/// Channel of live-page events: `org id`, a tab, the event's JSON.
+const LIVE_CHANNEL: &str = "callstream_live";
+
+/// PostgreSQL refuses NOTIFY payloads from 8000 bytes on.
+const MAX_NOTIFY_BYTES: usize = 7_900;
 
 /// Key of the advisory lock that serialises migrations between instances starting together.
 const MIGRATION_LOCK: i64 = 0x6361_6c6c_7374_726d; // "callstrm"
@@ -55,9 +78,15 @@ const SWEEP_EVERY: u64 = 512;
 
 /// [`Store`] (and [`SharedState`]) on a PostgreSQL database.
 pub struct PgStore {
-    pool: Pool,
+    pool: Arc<Pool>,
     secrets: SecretBox,
     inserts: std::sync::atomic::AtomicU64,
+    /// This process's id among the instances.
+    instance: String,
+    /// The background thread (heartbeat, sweeps, LISTEN) runs while this is set.
+    running: Arc<AtomicBool>,
+    changes: tokio::sync::watch::Sender<u64>,
+    live: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 fn backend(e: postgres::Error) -> StoreError {
@@ -363,9 +392,13 @@ impl PgStore {
             freed: Condvar::new(),
         };
         let store = Self {
-            pool,
+            pool: Arc::new(pool),
             secrets,
             inserts: Default::default(),
+            instance: super::new_id("inst_", 10),
+            running: Arc::new(AtomicBool::new(false)),
+            changes: tokio::sync::watch::channel(0).0,
+            live: tokio::sync::broadcast::channel(1024).0,
         };
         let applied = store.pool.with(|conn| migrate(&mut conn.client))?;
         if !applied.is_empty() {
@@ -880,7 +913,7 @@ impl PgStore {
         let n = self
             .inserts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n % SWEEP_EVERY != 0 {
+        if !n.is_multiple_of(SWEEP_EVERY) {
             return;
         }
         let swept = conn.client.batch_execute(&format!(
@@ -987,5 +1020,368 @@ impl SharedState for PgStore {
                 .filter(|row| row.get::<_, i64>(1) > now)
                 .map(|row| row.get(0)))
         })
+    }
+
+    fn reserve(
+        &self,
+        pool: super::shared::PoolRef<'_>,
+        want: u64,
+        min: u64,
+        _used: &dyn Fn() -> Result<u64, StoreError>,
+    ) -> Result<Option<u64>, StoreError> {
+        let kind = kind_i16(pool.kind);
+        self.pool.with(|conn| {
+            let mut tx = conn.client.transaction().map_err(backend)?;
+            let granted = match pool.quota {
+                None => want,
+                Some(quota) => {
+                    // One reserver per pool at a time, on every instance: the remainder is
+                    // read and taken under this lock, which the commit releases.
+                    let lock = format!("reserve/{}/{kind}", pool.org_id);
+                    tx.execute(
+                        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                        &[&lock],
+                    )
+                    .map_err(backend)?;
+                    let used: i64 = tx
+                        .query_one(
+                            "SELECT COALESCE(SUM(amount), 0)::bigint FROM usage_daily
+                             WHERE org_id = $1 AND kind = $2 AND day >= $3 AND day <= $4",
+                            &[&pool.org_id, &kind, &pool.first_day, &pool.last_day],
+                        )
+                        .map_err(backend)?
+                        .get(0);
+                    let held: i64 = tx
+                        .query_one(
+                            &format!(
+                                "SELECT COALESCE(SUM(amount), 0)::bigint FROM reservations
+                                 WHERE org_id = $1 AND kind = $2 AND {}",
+                                live_instance("instance_id")
+                            ),
+                            &[&pool.org_id, &kind],
+                        )
+                        .map_err(backend)?
+                        .get(0);
+                    want.min(
+                        quota
+                            .saturating_sub(amount_u64(used))
+                            .saturating_sub(amount_u64(held)),
+                    )
+                }
+            };
+            if granted < min.max(1) && want > 0 {
+                return Ok(None);
+            }
+            if granted > 0 {
+                tx.execute(
+                    "INSERT INTO reservations (instance_id, org_id, kind, amount)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (instance_id, org_id, kind)
+                     DO UPDATE SET amount = reservations.amount + EXCLUDED.amount",
+                    &[&self.instance, &pool.org_id, &kind, &amount_i64(granted)],
+                )
+                .map_err(backend)?;
+            }
+            tx.commit().map_err(backend)?;
+            Ok(Some(granted))
+        })
+    }
+
+    fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
+        let held: i64 = self.pool.with(|conn| {
+            Ok(conn
+                .client
+                .query_one(
+                    &format!(
+                        "SELECT COALESCE(SUM(amount), 0)::bigint FROM reservations
+                         WHERE org_id = $1 AND kind = $2 AND {}",
+                        live_instance("instance_id")
+                    ),
+                    &[&org_id, &kind_i16(kind)],
+                )
+                .map_err(backend)?
+                .get(0))
+        })?;
+        Ok(amount_u64(held))
+    }
+
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError> {
+        if amount == 0 {
+            return Ok(());
+        }
+        self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    "UPDATE reservations SET amount = GREATEST(amount - $4, 0)
+                     WHERE instance_id = $1 AND org_id = $2 AND kind = $3",
+                    &[
+                        &self.instance,
+                        &org_id,
+                        &kind_i16(kind),
+                        &amount_i64(amount),
+                    ],
+                )
+                .map_err(backend)
+                .map(drop)
+        })
+    }
+
+    fn start_instance(&self) {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (pool, instance, running) = (
+            self.pool.clone(),
+            self.instance.clone(),
+            self.running.clone(),
+        );
+        let (changes, live) = (self.changes.clone(), self.live.clone());
+        // The first heartbeat is written before this returns, so the instance's reservations
+        // count from its first request.
+        if let Err(e) = self
+            .pool
+            .with(|conn| heartbeat(&mut conn.client, &instance).map_err(backend))
+        {
+            tracing::warn!(error = %e, "first instance heartbeat failed");
+        }
+        let spawned = std::thread::Builder::new()
+            .name("pg-instance".into())
+            .spawn(move || background(pool, instance, running, changes, live));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the instance thread");
+        }
+    }
+
+    fn stop_instance(&self) {
+        if !self.running.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let instance = self.instance.clone();
+        let cleared = self.pool.with(|conn| {
+            let mut tx = conn.client.transaction().map_err(backend)?;
+            for table in [
+                "instances WHERE id",
+                "reservations WHERE instance_id",
+                "live_calls WHERE instance_id",
+            ] {
+                tx.execute(&format!("DELETE FROM {table} = $1"), &[&instance])
+                    .map_err(backend)?;
+            }
+            tx.commit().map_err(backend)
+        });
+        if let Err(e) = cleared {
+            tracing::warn!(error = %e, "cannot withdraw this instance; its rows expire in 15 s");
+        }
+    }
+
+    fn set_draining(&self) {
+        let instance = self.instance.clone();
+        let set = self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    "UPDATE instances SET draining = true WHERE id = $1",
+                    &[&instance],
+                )
+                .map_err(backend)
+        });
+        if let Err(e) = set {
+            tracing::warn!(error = %e, "cannot mark this instance draining");
+        }
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
+    }
+
+    fn announce_change(&self) {
+        // This instance's own watchers are told at once, not after the round trip.
+        self.changes.send_modify(|n| *n += 1);
+        self.notify(CHANGES_CHANNEL, "");
+    }
+
+    fn call_opened(&self, call_id: &str, org_id: &str, call: &str) {
+        let listed = self.pool.with(|conn| {
+            conn.client
+                .execute(
+                    "INSERT INTO live_calls (call_id, instance_id, org_id, call)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (call_id) DO UPDATE SET call = EXCLUDED.call",
+                    &[&call_id, &self.instance, &org_id, &call],
+                )
+                .map_err(backend)
+        });
+        if let Err(e) = listed {
+            tracing::warn!(error = %e, "cannot list the call for other instances");
+        }
+    }
+
+    fn call_ended(&self, call_id: &str) {
+        let removed = self.pool.with(|conn| {
+            conn.client
+                .execute("DELETE FROM live_calls WHERE call_id = $1", &[&call_id])
+                .map_err(backend)
+        });
+        if let Err(e) = removed {
+            tracing::warn!(error = %e, "cannot unlist the call");
+        }
+    }
+
+    fn remote_calls(&self, org_id: &str) -> Vec<super::shared::RemoteCall> {
+        let rows = self.pool.with(|conn| {
+            conn.client
+                .query(
+                    &format!(
+                        "SELECT instance_id, call FROM live_calls
+                         WHERE org_id = $1 AND instance_id <> $2 AND {}",
+                        live_instance("instance_id")
+                    ),
+                    &[&org_id, &self.instance],
+                )
+                .map_err(backend)
+        });
+        match rows {
+            Ok(rows) => rows
+                .iter()
+                .map(|r| super::shared::RemoteCall {
+                    instance: r.get(0),
+                    call: r.get(1),
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list other instances' calls");
+                Vec::new()
+            }
+        }
+    }
+
+    fn publish_live(&self, org_id: &str, event: &str) {
+        let payload = format!("{}\t{org_id}\t{event}", self.instance);
+        if payload.len() > MAX_NOTIFY_BYTES {
+            tracing::debug!(
+                bytes = payload.len(),
+                "live event too large to share; skipped"
+            );
+            return;
+        }
+        self.notify(LIVE_CHANNEL, &payload);
+    }
+
+    fn remote_live(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {
+        Some(self.live.subscribe())
+    }
+}
+
+/// The instance's background work, on a connection of its own: LISTEN for changes and live
+/// events, write the heartbeat, delete what crashed instances left. Reconnects after errors;
+/// each (re)connection counts as a change, so watchers re-check what they may have missed.
+fn background(
+    pool: Arc<Pool>,
+    instance: String,
+    running: Arc<AtomicBool>,
+    changes: tokio::sync::watch::Sender<u64>,
+    live: tokio::sync::broadcast::Sender<(String, String)>,
+) {
+    let prefix = format!("{instance}\t");
+    while running.load(Ordering::Acquire) {
+        let mut client = match pool.config.connect(NoTls) {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(error = %e, "instance connection to PostgreSQL failed; retrying");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let listening =
+            client.batch_execute(&format!("LISTEN {CHANGES_CHANNEL}; LISTEN {LIVE_CHANNEL};"));
+        if let Err(e) = listening {
+            tracing::warn!(error = %e, "LISTEN failed; retrying");
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        changes.send_modify(|n| *n += 1);
+        let mut beat_at = Instant::now();
+        'connected: while running.load(Ordering::Acquire) {
+            if Instant::now() >= beat_at {
+                if let Err(e) = heartbeat(&mut client, &instance) {
+                    tracing::warn!(error = %e, "instance heartbeat failed; reconnecting");
+                    break 'connected;
+                }
+                beat_at = Instant::now() + HEARTBEAT;
+            }
+            let mut notifications = client.notifications();
+            let mut pending = notifications.timeout_iter(Duration::from_millis(250));
+            loop {
+                match pending.next() {
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                        break 'connected;
+                    }
+                    Ok(Some(n)) if n.channel() == CHANGES_CHANNEL => {
+                        changes.send_modify(|n| *n += 1);
+                    }
+                    Ok(Some(n)) => {
+                        // Events this instance sent are already on its own feed.
+                        if let Some((org, event)) = n
+                            .payload()
+                            .strip_prefix(&prefix)
+                            .is_none()
+                            .then(|| n.payload().split_once('\t'))
+                            .flatten()
+                            .and_then(|(_, rest)| rest.split_once('\t'))
+                        {
+                            let _ = live.send((org.to_owned(), event.to_owned()));
+                        }
+                    }
+                }
+                if Instant::now() >= beat_at {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Writes this instance's heartbeat (registering it again if a sweep removed it), and
+/// deletes instances that stopped beating, with their reservations and calls.
+fn heartbeat(client: &mut Client, instance: &str) -> Result<(), postgres::Error> {
+    client.execute(
+        &format!(
+            "INSERT INTO instances (id, started_ms, heartbeat_ms) VALUES ($1, {DB_NOW_MS}, {DB_NOW_MS})
+             ON CONFLICT (id) DO UPDATE SET heartbeat_ms = EXCLUDED.heartbeat_ms"
+        ),
+        &[&instance],
+    )?;
+    client.batch_execute(&format!(
+        "DELETE FROM instances WHERE heartbeat_ms < {DB_NOW_MS} - {INSTANCE_STALE_MS};
+         DELETE FROM reservations r WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = r.instance_id);
+         DELETE FROM live_calls c WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = c.instance_id);"
+    ))
+}
+
+/// Live instances, as a SQL condition on an `instance_id` column.
+fn live_instance(column: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM instances i WHERE i.id = {column}
+                 AND i.heartbeat_ms > {DB_NOW_MS} - {INSTANCE_STALE_MS})"
+    )
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.stop_instance();
+    }
+}
+
+impl PgStore {
+    fn notify(&self, channel: &'static str, payload: &str) {
+        let sent = self.pool.with(|conn| {
+            conn.client
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+                .map_err(backend)
+        });
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, channel, "NOTIFY failed");
+        }
     }
 }

@@ -11,9 +11,35 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use callstream_actors::usage::UsageKind;
+
 use super::StoreError;
 use crate::auth::ratelimit::RateLimiter;
 use crate::clock;
+
+/// One organisation's pool in one month, as a reservation sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolRef<'a> {
+    /// The organisation.
+    pub org_id: &'a str,
+    /// Which pool.
+    pub kind: UsageKind,
+    /// The plan's quota for the month; `None`: unlimited.
+    pub quota: Option<u64>,
+    /// The month's first day, `YYYY-MM-DD`.
+    pub first_day: &'a str,
+    /// The month's last day.
+    pub last_day: &'a str,
+}
+
+/// A call in progress on another instance, for the dashboard.
+#[derive(Debug, Clone)]
+pub struct RemoteCall {
+    /// The instance that runs it.
+    pub instance: String,
+    /// The call as the dashboard shows it, JSON.
+    pub call: String,
+}
 
 /// What a short-lived entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +80,64 @@ pub trait SharedState: Send + Sync {
 
     /// Removes the entry under `key` and returns it if it was live: one caller gets it.
     fn take(&self, space: Space, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// Reserves up to `want` of `pool`, at least `min` (else nothing): what is left is the
+    /// quota minus `used` (the ledger's total of the month) minus what every instance holds
+    /// reserved, checked and taken in one step. `None`: less than `min` (or nothing) is left.
+    /// An unlimited pool grants `want`.
+    fn reserve(
+        &self,
+        pool: PoolRef<'_>,
+        want: u64,
+        min: u64,
+        used: &dyn Fn() -> Result<u64, StoreError>,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// What every instance holds reserved of `org_id`'s `kind` pool.
+    fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError>;
+
+    /// Gives back `amount` of this instance's reservations of the pool.
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError>;
+
+    /// Announces this process as a running instance (heartbeat, its reservations and calls
+    /// counted by the others). Services call it; one-off commands do not.
+    fn start_instance(&self) {}
+
+    /// Says this instance is draining: it takes no new calls or sessions.
+    fn set_draining(&self) {}
+
+    /// Withdraws this instance at a graceful exit: what it held reserved and listed is
+    /// given back at once rather than when its heartbeat is found stale.
+    fn stop_instance(&self) {}
+
+    /// A counter that moves when a key or connector is revoked or an organisation changes
+    /// on any instance; `None` when only this process makes such changes (then watchers
+    /// check on a timer instead).
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
+    /// Tells every instance that a key, connector or organisation changed.
+    fn announce_change(&self) {}
+
+    /// Lists a call in progress here for the other instances' dashboards.
+    fn call_opened(&self, _call_id: &str, _org_id: &str, _call: &str) {}
+
+    /// Removes a call listed with [`SharedState::call_opened`].
+    fn call_ended(&self, _call_id: &str) {}
+
+    /// The organisation's calls in progress on the other live instances.
+    fn remote_calls(&self, _org_id: &str) -> Vec<RemoteCall> {
+        Vec::new()
+    }
+
+    /// Sends a live-page event (JSON) of `org_id` to the other instances.
+    fn publish_live(&self, _org_id: &str, _event: &str) {}
+
+    /// Live-page events from the other instances: (organisation id, event JSON).
+    fn remote_live(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {
+        None
+    }
 }
 
 /// Entries kept in one process at most; past this the soonest to expire go first.
@@ -65,6 +149,8 @@ pub struct Local {
     limiter: RateLimiter,
     // A std Mutex: a map operation per call, never held across an await.
     entries: Mutex<HashMap<(Space, String), (String, i64)>>,
+    // A std Mutex: held for one ledger read, never across an await.
+    reserved: Mutex<HashMap<(String, UsageKind), u64>>,
 }
 
 impl Local {
@@ -130,5 +216,57 @@ impl SharedState for Local {
             .remove(&(space, key.to_owned()))
             .filter(|(_, expires)| *expires > now)
             .map(|(value, _)| value))
+    }
+
+    fn reserve(
+        &self,
+        pool: PoolRef<'_>,
+        want: u64,
+        min: u64,
+        used: &dyn Fn() -> Result<u64, StoreError>,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut reserved = self
+            .reserved
+            .lock()
+            .expect("reservation lock is never poisoned");
+        let key = (pool.org_id.to_owned(), pool.kind);
+        let held = reserved.get(&key).copied().unwrap_or(0);
+        let granted = match pool.quota {
+            None => want,
+            Some(quota) => want.min(quota.saturating_sub(used()?).saturating_sub(held)),
+        };
+        if granted < min.max(1) && want > 0 {
+            return Ok(None);
+        }
+        *reserved.entry(key).or_insert(0) += granted;
+        Ok(Some(granted))
+    }
+
+    fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
+        Ok(self
+            .reserved
+            .lock()
+            .expect("reservation lock is never poisoned")
+            .get(&(org_id.to_owned(), kind))
+            .copied()
+            .unwrap_or(0))
+    }
+
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError> {
+        if amount == 0 {
+            return Ok(());
+        }
+        let mut reserved = self
+            .reserved
+            .lock()
+            .expect("reservation lock is never poisoned");
+        let key = (org_id.to_owned(), kind);
+        if let Some(held) = reserved.get_mut(&key) {
+            *held = held.saturating_sub(amount);
+            if *held == 0 {
+                reserved.remove(&key);
+            }
+        }
+        Ok(())
     }
 }

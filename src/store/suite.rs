@@ -77,7 +77,9 @@ impl Backend for Postgres {
 
     fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
         let open = || -> Arc<dyn SharedState> {
-            Arc::new(PgStore::open(&self.0, 4, SecretBox::new(&[3; KEY_LEN])).unwrap())
+            let instance = PgStore::open(&self.0, 4, SecretBox::new(&[3; KEY_LEN])).unwrap();
+            instance.start_instance();
+            Arc::new(instance)
         };
         (open(), open())
     }
@@ -592,6 +594,71 @@ fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
     assert_eq!(other.rate("key:k2", 30, now).unwrap(), Ok(()));
 }
 
+/// Reservations from many threads on two instances never take more than is left, and each
+/// instance gives back what it took.
+fn reservations_never_share_a_remainder(b: &dyn Backend) {
+    let store = b.open();
+    store
+        .record(&event(
+            "org_a",
+            BEFORE_MIDNIGHT + 10,
+            UsageKind::Tokens,
+            400,
+        ))
+        .unwrap();
+    let (a, other) = b.shared_pair();
+    let reserve = |instance: &Arc<dyn SharedState>| {
+        let pool = super::shared::PoolRef {
+            org_id: "org_a",
+            kind: UsageKind::Tokens,
+            quota: Some(5_000),
+            first_day: "2026-11-01",
+            last_day: "2026-11-30",
+        };
+        let used = || {
+            Ok(store
+                .usage_by_day("org_a", "2026-11-01", "2026-11-30")?
+                .iter()
+                .map(|d| d.amount)
+                .sum())
+        };
+        instance.reserve(pool, 100, 100, &used).unwrap()
+    };
+    let granted: Vec<(usize, u64)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (a, other, reserve) = (&a, &other, &reserve);
+                scope.spawn(move || {
+                    let mut mine = Vec::new();
+                    for _ in 0..10 {
+                        let which = t % 2;
+                        if let Some(n) = reserve(if which == 0 { a } else { other }) {
+                            mine.push((which, n));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
+    let total: u64 = granted.iter().map(|g| g.1).sum();
+    assert_eq!(total, 4_600, "5,000 quota, 400 used");
+    assert!(granted.iter().all(|g| g.1 == 100));
+    assert_eq!(a.reserved("org_a", UsageKind::Tokens).unwrap(), 4_600);
+    assert_eq!(other.reserved("org_a", UsageKind::Tokens).unwrap(), 4_600);
+    assert_eq!(reserve(&a), None);
+    for (which, n) in granted {
+        let instance = if which == 0 { &a } else { &other };
+        instance.release("org_a", UsageKind::Tokens, n).unwrap();
+    }
+    assert_eq!(other.reserved("org_a", UsageKind::Tokens).unwrap(), 0);
+    assert_eq!(reserve(&other), Some(100));
+}
+
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sled_backend {
@@ -614,7 +681,81 @@ on_every_backend!(
     copy_moves_everything,
     shared_entries_are_seen_by_every_instance,
     a_rate_budget_is_one_across_instances,
+    reservations_never_share_a_remainder,
 );
+
+/// An instance that stops beating (it crashed) no longer holds its reservations; one that
+/// exits gracefully gives them back at once.
+#[test]
+fn reservations_of_a_gone_instance_are_freed() {
+    let url = Cluster::shared().fresh_database();
+    let open = || {
+        let s = PgStore::open(&url, 2, SecretBox::new(&[3; KEY_LEN])).unwrap();
+        s.start_instance();
+        s
+    };
+    let (graceful, observer) = (open(), open());
+    // What a crashed instance leaves behind: its row, beating until a moment ago, and its
+    // reservation.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO instances (id, started_ms, heartbeat_ms)
+                 VALUES ('inst_crashed', 0, (extract(epoch from clock_timestamp()) * 1000)::bigint);
+             INSERT INTO reservations VALUES ('inst_crashed', 'org_a', 97, 20000);",
+        )
+        .unwrap();
+    let pool = super::shared::PoolRef {
+        org_id: "org_a",
+        kind: UsageKind::AudioMs,
+        quota: Some(60_000),
+        first_day: "2026-11-01",
+        last_day: "2026-11-30",
+    };
+    assert_eq!(UsageKind::AudioMs.tag(), b'a'); // 97 above
+    assert_eq!(
+        graceful.reserve(pool, 30_000, 1, &|| Ok(0)).unwrap(),
+        Some(30_000)
+    );
+    assert_eq!(
+        observer.reserved("org_a", UsageKind::AudioMs).unwrap(),
+        50_000
+    );
+    assert_eq!(
+        observer.reserve(pool, 60_000, 1, &|| Ok(0)).unwrap(),
+        Some(10_000)
+    );
+    observer
+        .release("org_a", UsageKind::AudioMs, 10_000)
+        .unwrap();
+    graceful.stop_instance();
+    assert_eq!(
+        observer.reserved("org_a", UsageKind::AudioMs).unwrap(),
+        20_000
+    );
+    // The crashed instance's heartbeat grows old: its reservation no longer counts, and the
+    // next sweep deletes its rows.
+    client
+        .execute(
+            "UPDATE instances SET heartbeat_ms = heartbeat_ms - 60000 WHERE id = 'inst_crashed'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(observer.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    let left: i64 = client
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE instance_id = 'inst_crashed'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    assert_eq!(
+        observer.reserve(pool, 60_000, 1, &|| Ok(0)).unwrap(),
+        Some(60_000)
+    );
+}
 
 #[test]
 fn migrations_apply_once_and_a_newer_schema_is_refused() {
