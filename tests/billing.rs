@@ -9,115 +9,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::handshake::client::Request;
-use tokio_tungstenite::tungstenite::Message;
 
 use callstream::store::Store;
 use callstream_actors::call::{QUOTA_INFO, REVOKED_INFO, STOPPING_INFO};
 use callstream_actors::usage::UsageSource;
-use common::audiohook::{audiohook_request, message, metric, open, session_id};
+use common::audiohook::{audiohook_request, metric};
+use common::calls::{real_time_call, stream_call};
 use common::upstream::{FakeUpstream, Reply};
 use common::{open_store, Env};
-
-/// 100 ms of stereo PCMU silence.
-const FRAME: [u8; 1600] = [0xFF; 1600];
 
 /// An organisation on `plan` with a connector: (org id, client id, secret).
 fn connector(env: &Env, plan: &str) -> (String, String, String) {
     let org = env.org_on_plan("Acme", plan);
     let (client_id, secret) = env.connector(&org);
     (org, client_id, secret)
-}
-
-/// What a call's client saw.
-#[derive(Debug, Default)]
-struct CallLog {
-    /// The parameters of the server's `disconnect`, and when it came.
-    disconnect: Option<(Value, Instant)>,
-    /// The close code.
-    close: Option<u16>,
-}
-
-/// Streams up to `frames` frames of 100 ms, `pace` apart, counting in `sent` the milliseconds
-/// sent; then sends `close`. A `disconnect` from the server is answered with `close` and stops
-/// the audio.
-async fn stream_call(
-    request: Request,
-    frames: usize,
-    pace: Duration,
-    sent: Arc<AtomicU64>,
-) -> CallLog {
-    let id = session_id(&request);
-    let Ok((ws, _)) = tokio_tungstenite::connect_async(request).await else {
-        return CallLog::default();
-    };
-    let (mut tx, mut rx) = ws.split();
-    let mut seq = 1;
-    tx.send(message(&id, seq, "open", open(false)))
-        .await
-        .unwrap();
-    let mut log = CallLog::default();
-    let mut opened = false;
-    let mut left = frames;
-    let mut tick = tokio::time::interval(pace.max(Duration::from_millis(1)));
-    loop {
-        tokio::select! {
-            _ = tick.tick(), if opened && left > 0 && log.disconnect.is_none() => {
-                if tx.send(Message::binary(FRAME.to_vec())).await.is_err() {
-                    break;
-                }
-                sent.fetch_add(100, Ordering::SeqCst);
-                left -= 1;
-                if left == 0 {
-                    seq += 1;
-                    let _ = tx.send(message(&id, seq, "close", json!({"reason": "end"}))).await;
-                }
-            }
-            msg = rx.next() => match msg {
-                Some(Ok(Message::Text(t))) => {
-                    let v: Value = serde_json::from_str(&t).unwrap();
-                    match v["type"].as_str() {
-                        Some("opened") => opened = true,
-                        Some("disconnect") => {
-                            log.disconnect = Some((v["parameters"].clone(), Instant::now()));
-                            seq += 1;
-                            let _ = tx
-                                .send(message(&id, seq, "close", json!({"reason": "disconnect"})))
-                                .await;
-                        }
-                        _ => {}
-                    }
-                }
-                Some(Ok(Message::Close(frame))) => {
-                    log.close = frame.map(|f| u16::from(f.code));
-                    break;
-                }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => break,
-            }
-        }
-    }
-    log
-}
-
-/// Starts a call that streams a minute in real time; returns once it has sent `ms`.
-async fn real_time_call(
-    request: Request,
-    ms: u64,
-) -> (tokio::task::JoinHandle<CallLog>, Arc<AtomicU64>) {
-    let sent = Arc::new(AtomicU64::new(0));
-    let call = tokio::spawn(stream_call(
-        request,
-        600,
-        Duration::from_millis(100),
-        sent.clone(),
-    ));
-    while sent.load(Ordering::SeqCst) < ms {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (call, sent)
 }
 
 fn total(sent: &[Arc<AtomicU64>]) -> u64 {

@@ -30,7 +30,8 @@ pub fn api_key() -> impl Filter<Extract = (Option<String>,), Error = Rejection> 
 /// the key's RPM budget.
 ///
 /// The store lookups run inline: sled serves them from memory in microseconds, well below the
-/// cost of moving to a blocking thread.
+/// cost of moving to a blocking thread; PostgreSQL's round trips run under `block_in_place`,
+/// so the runtime's other tasks move to another worker meanwhile.
 pub fn caller(app: App) -> impl Filter<Extract = (Caller,), Error = Rejection> + Clone {
     api_key().and_then(move |key: Option<String>| {
         let app = app.clone();

@@ -159,11 +159,20 @@ impl Cluster {
     pub fn fresh_database(&self) -> String {
         let n = self.databases.fetch_add(1, Ordering::Relaxed);
         let name = format!("test_{n}");
-        let mut admin =
-            postgres::Client::connect(&self.url("postgres"), postgres::NoTls).expect("connect");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create database");
+        // On a thread of its own: the blocking client may not run inside an async test.
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let mut admin =
+                        postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+                            .expect("connect");
+                    admin
+                        .batch_execute(&format!("CREATE DATABASE {name}"))
+                        .expect("create database");
+                })
+                .join()
+                .expect("database created")
+        });
         self.url(&name)
     }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod audiohook;
+pub mod calls;
 pub mod dashboard;
 pub mod mcp;
 pub mod upstream;
@@ -261,6 +262,25 @@ impl Server {
         assert!(status.success());
         let exit = self.child.wait().unwrap();
         assert!(exit.success(), "server exited with {exit}");
+    }
+
+    /// Sends SIGTERM and returns at once.
+    pub fn terminate(&self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits up to `within` for the process to exit by itself; its exit status.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// Kills the process without letting it shut down.
