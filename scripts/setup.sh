@@ -23,9 +23,10 @@ esac
 # Build tools for the C++ engines (CTranslate2, llama.cpp) and their bindings, audio tools for
 # the fixtures.
 packages=(build-essential cmake clang libclang-dev pkg-config libopus-dev espeak-ng sox ca-certificates)
-# The dashboard's tests drive a real headless browser.
+# The dashboard's tests drive a real headless browser; the scale-out tests run a throw-away
+# PostgreSQL cluster (the server binaries under /usr/lib/postgresql).
 if [ "$model_set" != default ]; then
-  packages+=(chromium chromium-driver)
+  packages+=(chromium chromium-driver postgresql)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -37,6 +37,8 @@ pub struct Reservation {
     org_id: String,
     kind: UsageKind,
     amount: u64,
+    /// Held in the shared state (not so for an unlimited pool: nobody asks about it).
+    booked: bool,
 }
 
 impl std::fmt::Debug for Reservation {
@@ -87,7 +89,9 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.quotas.release(&self.org_id, self.kind, self.amount);
+        if self.booked {
+            self.quotas.release(&self.org_id, self.kind, self.amount);
+        }
     }
 }
 
@@ -242,10 +246,11 @@ impl Quotas {
         at_ms: i64,
     ) -> Result<Option<Reservation>, StoreError> {
         let month = clock::month_of(at_ms);
+        let quota = quota_of(plan, kind);
         let pool = PoolRef {
             org_id,
             kind,
-            quota: quota_of(plan, kind),
+            quota,
             first_day: &month.first_day,
             last_day: &month.last_day,
         };
@@ -257,6 +262,7 @@ impl Quotas {
             org_id: org_id.to_owned(),
             kind,
             amount,
+            booked: quota.is_some(),
         }))
     }
 

@@ -89,12 +89,70 @@ pub fn pool_name(kind: UsageKind) -> &'static str {
     }
 }
 
+/// Keys resolved lately, when the store is shared: valid until any instance announces a
+/// change (a revocation, an organisation changed or deleted), and for [`KEY_CACHE_TTL`] at most.
+struct KeyCache {
+    changes: tokio::sync::watch::Receiver<u64>,
+    // A std Mutex: a map lookup per request, never held across an await.
+    entries: std::sync::Mutex<KeyCacheEntries>,
+}
+
+#[derive(Default)]
+struct KeyCacheEntries {
+    /// The change count the entries were read under.
+    generation: u64,
+    map: std::collections::HashMap<[u8; 32], (ApiKey, Org, Instant)>,
+}
+
+/// How long a resolved key is trusted without asking the database again, even when no change
+/// is announced (a notification lost while the connection was being re-made).
+const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// Most keys cached; past this the cache starts over.
+const KEY_CACHE_MAX: usize = 10_000;
+
+impl KeyCache {
+    fn get(&self, hash: &[u8; 32]) -> Option<(ApiKey, Org)> {
+        let generation = *self.changes.borrow();
+        let mut entries = self
+            .entries
+            .lock()
+            .expect("key cache lock is never poisoned");
+        if entries.generation != generation {
+            entries.map.clear();
+            entries.generation = generation;
+            return None;
+        }
+        entries
+            .map
+            .get(hash)
+            .filter(|(_, _, at)| at.elapsed() < KEY_CACHE_TTL)
+            .map(|(key, org, _)| (key.clone(), org.clone()))
+    }
+
+    /// Keeps what was read while the change count was `generation`.
+    fn put(&self, generation: u64, hash: [u8; 32], key: ApiKey, org: Org) {
+        let mut entries = self
+            .entries
+            .lock()
+            .expect("key cache lock is never poisoned");
+        if entries.generation != generation {
+            return;
+        }
+        if entries.map.len() >= KEY_CACHE_MAX {
+            entries.map.clear();
+        }
+        entries.map.insert(hash, (key, org, Instant::now()));
+    }
+}
+
 /// Resolves keys and applies limits.
 pub struct Authenticator {
     config: Arc<Config>,
     store: Arc<dyn Store>,
     quotas: Quotas,
     shared: Arc<dyn SharedState>,
+    cache: Option<KeyCache>,
 }
 
 impl Authenticator {
@@ -107,11 +165,22 @@ impl Authenticator {
         quotas: Quotas,
         shared: Arc<dyn SharedState>,
     ) -> Self {
+        let cache = shared.changes().map(|changes| {
+            let generation = *changes.borrow();
+            KeyCache {
+                entries: std::sync::Mutex::new(KeyCacheEntries {
+                    generation,
+                    map: Default::default(),
+                }),
+                changes,
+            }
+        });
         Self {
             quotas,
             config,
             store,
             shared,
+            cache,
         }
     }
 
@@ -122,16 +191,27 @@ impl Authenticator {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .ok_or(AuthError::MissingKey)?;
-        let key = self
-            .store
-            .api_key_by_hash(&keys::hash_secret(secret))?
-            .filter(|k| k.revoked_at_ms.is_none())
-            .ok_or(AuthError::InvalidKey)?;
-        let org = self
-            .store
-            .org(&key.org_id)?
-            .filter(|o| !o.deleted)
-            .ok_or(AuthError::OrgDeleted)?;
+        let hash = keys::hash_secret(secret);
+        let (key, org) = match self.cache.as_ref().and_then(|c| c.get(&hash)) {
+            Some(hit) => hit,
+            None => {
+                let generation = self.cache.as_ref().map(|c| *c.changes.borrow());
+                let key = self
+                    .store
+                    .api_key_by_hash(&hash)?
+                    .filter(|k| k.revoked_at_ms.is_none())
+                    .ok_or(AuthError::InvalidKey)?;
+                let org = self
+                    .store
+                    .org(&key.org_id)?
+                    .filter(|o| !o.deleted)
+                    .ok_or(AuthError::OrgDeleted)?;
+                if let (Some(cache), Some(generation)) = (&self.cache, generation) {
+                    cache.put(generation, hash, key.clone(), org.clone());
+                }
+                (key, org)
+            }
+        };
         let plan = self
             .config
             .plan(&org.plan)

@@ -51,7 +51,9 @@ pub enum BenchCommand {
         set: Option<PathBuf>,
     },
     /// Added latency and throughput of REST chat on the upstream path, against a local
-    /// provider stand-in that answers at once.
+    /// provider stand-in that answers at once, on the configured store (sled in a temporary
+    /// directory, or the configured PostgreSQL: use a scratch database, the bench writes its
+    /// own organisation there).
     Gateway {
         /// Requests to send.
         #[arg(long, default_value_t = 2000)]
@@ -547,7 +549,15 @@ pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::
         let dir = tempfile_dir()?;
         let mut config = config.clone();
         config.storage.data_dir = dir.clone();
-        config.storage.secret_key = String::new();
+        let backend = config.storage.backend;
+        if backend == callstream::config::StorageBackend::Sled {
+            config.storage.secret_key = String::new();
+        } else if config.storage.secret_key.is_empty() {
+            // The bench's own organisation, in the configured (scratch) database.
+            use base64::Engine as _;
+            config.storage.secret_key =
+                base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
+        }
         config.llm.provider = callstream::config::LlmProviderKind::Upstream;
         config.llm.upstream.base_url = format!("http://{up_addr}/v1");
         config.llm.upstream.model = "bench".into();
@@ -573,7 +583,7 @@ pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::
         load(&client, &gateway_url, Some(&secret), &body, 50, concurrency).await?;
         let (direct, direct_wall) = load(&client, &direct_url, None, &body, requests, concurrency).await?;
         let (through, through_wall) = load(&client, &gateway_url, Some(&secret), &body, requests, concurrency).await?;
-        println!("{requests} requests, {concurrency} in flight, loopback");
+        println!("{requests} requests, {concurrency} in flight, loopback, store {backend:?}");
         println!("path       p50 ms  p99 ms  requests/s");
         println!("direct    {:>7.2} {:>7.2} {:>11.0}", percentile(&direct, 0.5), percentile(&direct, 0.99), requests as f64 / direct_wall);
         println!("gateway   {:>7.2} {:>7.2} {:>11.0}", percentile(&through, 0.5), percentile(&through, 0.99), requests as f64 / through_wall);
@@ -716,7 +726,15 @@ pub fn calls(
         let dir = tempfile_dir()?;
         let mut config = config.clone();
         config.storage.data_dir = dir.clone();
-        config.storage.secret_key = String::new();
+        let backend = config.storage.backend;
+        if backend == callstream::config::StorageBackend::Sled {
+            config.storage.secret_key = String::new();
+        } else if config.storage.secret_key.is_empty() {
+            // The bench's own organisation, in the configured (scratch) database.
+            use base64::Engine as _;
+            config.storage.secret_key =
+                base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
+        }
         // Calls here never ask for an analysis: no language model is loaded or contacted.
         config.llm.provider = callstream::config::LlmProviderKind::Upstream;
         config.llm.upstream.base_url = "http://127.0.0.1:9/v1".into();

@@ -822,22 +822,27 @@ impl UsageSink for PgStore {
         let text = encode_event(event);
         self.pool
             .with(|conn| {
-                let mut tx = conn.client.transaction().map_err(backend)?;
-                tx.execute(
-                    "INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
-                     VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)",
+                // One statement, so one transaction: the ledger row and its day total.
+                conn.query(
+                    "WITH ledger AS (
+                         INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
+                         VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)
+                     )
+                     INSERT INTO usage_daily (org_id, day, kind, amount)
+                     SELECT $1, $6, $3, $4 WHERE $4 > 0
+                     ON CONFLICT (org_id, day, kind)
+                     DO UPDATE SET amount = usage_daily.amount + EXCLUDED.amount",
                     &[
                         &event.org_id,
                         &event.at_ms,
                         &kind_i16(event.kind),
                         &amount_i64(event.amount),
                         &text,
+                        &day,
                     ],
                 )
-                .map_err(backend)?;
-                add_to_day(&mut tx, &event.org_id, &day, event.kind, event.amount)
-                    .map_err(backend)?;
-                tx.commit().map_err(backend)
+                .map(drop)
+                .map_err(backend)
             })
             .map_err(UsageError::from)
     }
@@ -1031,58 +1036,33 @@ impl SharedState for PgStore {
     ) -> Result<Option<u64>, StoreError> {
         let kind = kind_i16(pool.kind);
         self.pool.with(|conn| {
-            let mut tx = conn.client.transaction().map_err(backend)?;
-            let granted = match pool.quota {
-                None => want,
-                Some(quota) => {
-                    // One reserver per pool at a time, on every instance: the remainder is
-                    // read and taken under this lock, which the commit releases.
-                    let lock = format!("reserve/{}/{kind}", pool.org_id);
-                    tx.execute(
-                        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                        &[&lock],
-                    )
-                    .map_err(backend)?;
-                    let used: i64 = tx
-                        .query_one(
-                            "SELECT COALESCE(SUM(amount), 0)::bigint FROM usage_daily
-                             WHERE org_id = $1 AND kind = $2 AND day >= $3 AND day <= $4",
-                            &[&pool.org_id, &kind, &pool.first_day, &pool.last_day],
-                        )
-                        .map_err(backend)?
-                        .get(0);
-                    let held: i64 = tx
-                        .query_one(
-                            &format!(
-                                "SELECT COALESCE(SUM(amount), 0)::bigint FROM reservations
-                                 WHERE org_id = $1 AND kind = $2 AND {}",
-                                live_instance("instance_id")
-                            ),
-                            &[&pool.org_id, &kind],
-                        )
-                        .map_err(backend)?
-                        .get(0);
-                    want.min(
-                        quota
-                            .saturating_sub(amount_u64(used))
-                            .saturating_sub(amount_u64(held)),
-                    )
-                }
+            // An unlimited pool has nothing to share: no other instance asks about it.
+            let Some(quota) = pool.quota else {
+                return Ok(Some(want));
             };
-            if granted < min.max(1) && want > 0 {
+            // One round trip: the function takes a lock per pool (every instance reserving
+            // from it waits its turn), reads what is left and takes its share.
+            let granted: i64 = conn
+                .query_opt(
+                    "SELECT callstream_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    &[
+                        &self.instance,
+                        &pool.org_id,
+                        &kind,
+                        &amount_i64(quota),
+                        &amount_i64(want),
+                        &amount_i64(min),
+                        &pool.first_day,
+                        &pool.last_day,
+                        &INSTANCE_STALE_MS,
+                    ],
+                )
+                .map_err(backend)?
+                .map_or(-1, |row| row.get(0));
+            if granted < 0 {
                 return Ok(None);
             }
-            if granted > 0 {
-                tx.execute(
-                    "INSERT INTO reservations (instance_id, org_id, kind, amount)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (instance_id, org_id, kind)
-                     DO UPDATE SET amount = reservations.amount + EXCLUDED.amount",
-                    &[&self.instance, &pool.org_id, &kind, &amount_i64(granted)],
-                )
-                .map_err(backend)?;
-            }
-            tx.commit().map_err(backend)?;
+            let granted = amount_u64(granted);
             Ok(Some(granted))
         })
     }

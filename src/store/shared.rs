@@ -84,7 +84,8 @@ pub trait SharedState: Send + Sync {
     /// Reserves up to `want` of `pool`, at least `min` (else nothing): what is left is the
     /// quota minus `used` (the ledger's total of the month) minus what every instance holds
     /// reserved, checked and taken in one step. `None`: less than `min` (or nothing) is left.
-    /// An unlimited pool grants `want`.
+    /// An unlimited pool grants `want` and holds nothing (its release finds nothing to give
+    /// back).
     fn reserve(
         &self,
         pool: PoolRef<'_>,
@@ -225,16 +226,17 @@ impl SharedState for Local {
         min: u64,
         used: &dyn Fn() -> Result<u64, StoreError>,
     ) -> Result<Option<u64>, StoreError> {
+        // An unlimited pool has nothing to hold back.
+        let Some(quota) = pool.quota else {
+            return Ok(Some(want));
+        };
         let mut reserved = self
             .reserved
             .lock()
             .expect("reservation lock is never poisoned");
         let key = (pool.org_id.to_owned(), pool.kind);
         let held = reserved.get(&key).copied().unwrap_or(0);
-        let granted = match pool.quota {
-            None => want,
-            Some(quota) => want.min(quota.saturating_sub(used()?).saturating_sub(held)),
-        };
+        let granted = want.min(quota.saturating_sub(used()?).saturating_sub(held));
         if granted < min.max(1) && want > 0 {
             return Ok(None);
         }
