@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use callstream::admin::{Admin, AdminRequest, AdminResponse};
-use callstream::auth::ratelimit::RateLimiter;
 use callstream::auth::Authenticator;
 use callstream::config::Config;
+use callstream::ratelimit::RateLimiter;
 use callstream::store::open as open_store;
 use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod live;
 pub mod llm;
 pub mod peer;
+pub mod ratelimit;
 pub mod server;
 pub mod speech;
 pub mod store;

@@ -5,7 +5,6 @@
 
 pub mod keys;
 pub mod password;
-pub mod ratelimit;
 pub mod rfc9421;
 pub mod sessions;
 pub mod slots;

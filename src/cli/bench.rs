@@ -79,6 +79,10 @@ pub enum BenchCommand {
         /// of the way into the recording and wraps around, as independent calls do.
         #[arg(long)]
         lockstep: bool,
+        /// Instances of the service in this process, sharing the configured PostgreSQL
+        /// (`storage.backend = "postgres"`, a scratch database); calls go to them in turn.
+        #[arg(long, default_value_t = 1)]
+        instances: usize,
     },
     /// Time to first delta and tokens per second of the configured language model.
     Llm {
@@ -177,7 +181,8 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             audio,
             target,
             lockstep,
-        } => calls(config, &concurrency, &audio, target, lockstep),
+            instances,
+        } => calls(config, &concurrency, &audio, target, lockstep, instances),
     }
 }
 
@@ -717,8 +722,14 @@ pub fn calls(
     audio: &std::path::Path,
     target: f64,
     lockstep: bool,
+    instances: usize,
 ) -> anyhow::Result<()> {
     use callstream::callclient::{load_audio, run_call, CallOptions};
+    use std::sync::atomic::Ordering::Relaxed;
+    anyhow::ensure!(
+        instances == 1 || config.storage.backend == callstream::config::StorageBackend::Postgres,
+        "--instances above 1 needs storage.backend = \"postgres\" (sled is one process's)"
+    );
     let channels = load_audio(audio).map_err(anyhow::Error::msg)?;
     let audio_secs = channels[0].len() as f64 / 8000.0;
     let runtime = tokio::runtime::Runtime::new()?;
@@ -743,24 +754,36 @@ pub fn calls(
             "bench".into(),
             callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: None, audio_minutes_per_month: None },
         );
-        let app = callstream::app::App::open(config.clone())?;
-        let stats = app.calls.stats.clone();
-        let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
+        let apps = (0..instances.max(1))
+            .map(|_| callstream::app::App::open(config.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let stats: Vec<_> = apps.iter().map(|app| app.calls.stats.clone()).collect();
+        let held = || stats.iter().map(|s| s.utterances_held.load(Relaxed)).sum::<u64>();
+        let dropped = || stats.iter().map(|s| s.utterances_dropped.load(Relaxed)).sum::<u64>();
+        let callstream::admin::AdminResponse::Org(org) = apps[0].admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
             anyhow::bail!("org create answered something else")
         };
-        let callstream::admin::AdminResponse::ConnectorSecret { connector, client_secret, .. } = app.admin.execute(callstream::admin::AdminRequest::ConnectorCreate { org: org.id, name: None })? else {
+        let callstream::admin::AdminResponse::ConnectorSecret { connector, client_secret, .. } = apps[0].admin.execute(callstream::admin::AdminRequest::ConnectorCreate { org: org.id, name: None })? else {
             anyhow::bail!("connector create answered something else")
         };
-        let server = callstream::server::start(app, "127.0.0.1:0".parse()?).await?;
-        let url = format!("ws://{}/api/callstream/ws", server.addr);
+        let mut servers = Vec::new();
+        for app in apps {
+            servers.push(callstream::server::start(app, "127.0.0.1:0".parse()?).await?);
+        }
+        let urls: Vec<String> = servers
+            .iter()
+            .map(|server| format!("ws://{}/api/callstream/ws", server.addr))
+            .collect();
         println!(
-            "{:.1} s stereo call per connection, real time, 200 ms PCMU frames, {}; {} ASR workers (beam {}), {} cores",
+            "{:.1} s stereo call per connection, real time, 200 ms PCMU frames, {}; {} instance(s) ({:?} store), {} ASR workers (beam {}) each, {} cores",
             audio_secs,
             if lockstep {
                 "every call from the start (lockstep)"
             } else {
                 "call i of N from i/N of the way in"
             },
+            urls.len(),
+            backend,
             config.asr.workers,
             config.asr.beam_size,
             std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -768,12 +791,12 @@ pub fn calls(
         println!("calls  transcripts  p50 s  p95 s  max s  CPU cores  held  dropped");
         let mut best = None;
         for &n in levels {
-            let (held0, dropped0) = (stats.utterances_held.load(std::sync::atomic::Ordering::Relaxed), stats.utterances_dropped.load(std::sync::atomic::Ordering::Relaxed));
+            let (held0, dropped0) = (held(), dropped());
             let cpu0 = cpu_seconds();
             let started = Instant::now();
             let mut tasks = Vec::new();
             for i in 0..n {
-                let options = CallOptions::new(&url, &connector.client_id, Some(&client_secret));
+                let options = CallOptions::new(&urls[i % urls.len()], &connector.client_id, Some(&client_secret));
                 let channels = if lockstep {
                     channels.clone()
                 } else {
@@ -807,8 +830,8 @@ pub fn calls(
             println!(
                 "{n:>5}  {:>11}  {p50:>5.2}  {p95:>5.2}  {max:>5.2}  {cores:>9.2}  {:>4}  {:>7}",
                 latencies.len(),
-                stats.utterances_held.load(std::sync::atomic::Ordering::Relaxed) - held0,
-                stats.utterances_dropped.load(std::sync::atomic::Ordering::Relaxed) - dropped0,
+                held() - held0,
+                dropped() - dropped0,
             );
             if p95 < target {
                 best = Some(n);
@@ -818,7 +841,9 @@ pub fn calls(
             Some(n) => println!("largest N with p95 under {target} s: {n}"),
             None => println!("no N kept p95 under {target} s"),
         }
-        server.stop().await;
+        for server in servers {
+            server.stop().await;
+        }
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())
     })

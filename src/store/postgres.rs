@@ -87,7 +87,15 @@ pub struct PgStore {
     running: Arc<AtomicBool>,
     changes: tokio::sync::watch::Sender<u64>,
     live: tokio::sync::broadcast::Sender<(String, String)>,
+    /// Live-page events waiting to be sent to the other instances, by a thread of their own,
+    /// so a call never waits on the database to report a transcript.
+    outgoing: crossbeam_channel::Sender<String>,
+    outgoing_rx: crossbeam_channel::Receiver<String>,
 }
+
+/// Live-page events queued for the other instances at most; past this they are dropped (the
+/// pages that miss one reload their snapshot on the next).
+const OUTGOING_EVENTS: usize = 4_096;
 
 fn backend(e: postgres::Error) -> StoreError {
     StoreError::Backend(e.to_string())
@@ -391,6 +399,7 @@ impl PgStore {
             }),
             freed: Condvar::new(),
         };
+        let outgoing = crossbeam_channel::bounded(OUTGOING_EVENTS);
         let store = Self {
             pool: Arc::new(pool),
             secrets,
@@ -399,6 +408,8 @@ impl PgStore {
             running: Arc::new(AtomicBool::new(false)),
             changes: tokio::sync::watch::channel(0).0,
             live: tokio::sync::broadcast::channel(1024).0,
+            outgoing: outgoing.0,
+            outgoing_rx: outgoing.1,
         };
         let applied = store.pool.with(|conn| migrate(&mut conn.client))?;
         if !applied.is_empty() {
@@ -1130,6 +1141,17 @@ impl SharedState for PgStore {
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the instance thread");
         }
+        let (pool, events, running) = (
+            self.pool.clone(),
+            self.outgoing_rx.clone(),
+            self.running.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("pg-live-events".into())
+            .spawn(move || send_live_events(&pool, &events, &running));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the live-events thread");
+        }
     }
 
     fn stop_instance(&self) {
@@ -1243,7 +1265,9 @@ impl SharedState for PgStore {
             );
             return;
         }
-        self.notify(LIVE_CHANNEL, &payload);
+        if self.outgoing.try_send(payload).is_err() {
+            tracing::debug!("live events queue full; an event for other instances is dropped");
+        }
     }
 
     fn remote_live(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {
@@ -1362,6 +1386,32 @@ impl PgStore {
         });
         if let Err(e) = sent {
             tracing::warn!(error = %e, channel, "NOTIFY failed");
+        }
+    }
+}
+
+/// Sends queued live-page events with NOTIFY, on a connection of its own, until the instance
+/// stops.
+fn send_live_events(
+    pool: &Pool,
+    events: &crossbeam_channel::Receiver<String>,
+    running: &AtomicBool,
+) {
+    let mut client: Option<Client> = None;
+    while running.load(Ordering::Acquire) {
+        let Ok(payload) = events.recv_timeout(Duration::from_millis(250)) else {
+            continue;
+        };
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = pool.config.connect(NoTls).ok();
+        }
+        let Some(c) = client.as_mut() else {
+            tracing::warn!("cannot reach PostgreSQL to share a live event; dropped");
+            continue;
+        };
+        if let Err(e) = c.execute("SELECT pg_notify($1, $2)", &[&LIVE_CHANNEL, &payload]) {
+            tracing::warn!(error = %e, "sharing a live event failed");
+            client = None;
         }
     }
 }

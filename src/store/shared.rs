@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use callstream_actors::usage::UsageKind;
 
 use super::StoreError;
-use crate::auth::ratelimit::RateLimiter;
 use crate::clock;
+use crate::ratelimit::RateLimiter;
 
 /// One organisation's pool in one month, as a reservation sees it.
 #[derive(Debug, Clone, Copy)]

@@ -5,8 +5,9 @@
 //! a client never gets more than `rpm` in any minute yet is not forced to pace them evenly.
 //! Time is passed in, so the algorithm is tested without sleeping.
 //!
-//! The state lives in this process. With several nodes it moves to the shared store
-//! (DESIGN.md, scale-out).
+//! This is the in-process state (`store::shared::Local`, with the embedded store); instances
+//! sharing PostgreSQL keep the same algorithm in a row per key, on the database's clock
+//! (`store::postgres`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
