@@ -441,3 +441,69 @@ async fn parallel_chats_and_calls_across_instances_never_pass_the_quota() {
         "{logs:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installation_moves_from_sled_to_postgres() {
+    // A single machine on sled, its key generated into its data directory.
+    let fake = FakeUpstream::start().await;
+    let single = Env::with(fake.env());
+    let org = single.org_on_plan("Moving", "team");
+    let (_, api_secret) = single.key(&org);
+    let (client_id, client_secret) = single.connector(&org);
+
+    // Copied into a new database, with the key the instances will share.
+    let url = testpg::Cluster::shared().fresh_database();
+    let key = base64::engine::general_purpose::STANDARD.encode([9u8; 32]);
+    let mut shared = single.vars.clone();
+    shared.retain(|(k, _)| !k.starts_with("CALLSTREAM_STORAGE__"));
+    shared.extend([
+        (
+            "CALLSTREAM_STORAGE__DATA_DIR".to_owned(),
+            single.dir.path().join("pg-data").display().to_string(),
+        ),
+        ("CALLSTREAM_STORAGE__SECRET_KEY".to_owned(), key),
+    ]);
+    let moved = Env {
+        dir: tempfile::tempdir().unwrap(),
+        vars: shared.clone(),
+    };
+    let from = format!("sled:{}", single.data_dir().display());
+    let to = format!("postgres:{url}");
+    let report = moved.cli_json(&["store", "copy", "--from", &from, "--to", &to]);
+    assert_eq!(report["orgs"], 1, "{report}");
+    assert_eq!(
+        (report["api_keys"].as_u64(), report["connectors"].as_u64()),
+        (Some(1), Some(1))
+    );
+    // A second copy is refused: the target is no longer empty.
+    let again = moved.cli(&["store", "copy", "--from", &from, "--to", &to]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+
+    // An instance on the database serves the old key and the old connector's signatures.
+    let mut on_pg = Env {
+        dir: tempfile::tempdir().unwrap(),
+        vars: shared,
+    };
+    on_pg.set("CALLSTREAM_STORAGE__BACKEND", "postgres");
+    on_pg.set("CALLSTREAM_STORAGE__POSTGRES_URL", &url);
+    on_pg.set("CALLSTREAM_SERVER__PUBLIC_AUTHORITY", PUBLIC_AUTHORITY);
+    let server = on_pg.serve();
+    let account = reqwest::Client::new()
+        .get(server.url("/api/account"))
+        .header("X-API-Key", &api_secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(account.status(), 200);
+    let log = stream_call(
+        call_request(&server, &client_id, &client_secret),
+        10,
+        Duration::from_millis(10),
+        Arc::default(),
+    )
+    .await;
+    assert_eq!(log.close, Some(1000), "{log:?}");
+    assert!(log.disconnect.is_none(), "{log:?}");
+    assert!((on_pg.audio_used(&org) - 1.0).abs() < 1e-9);
+}

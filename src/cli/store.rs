@@ -1,7 +1,7 @@
 //! `callstream store`: bring a PostgreSQL schema up to date, and move an installation between
 //! sled and PostgreSQL.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
@@ -25,6 +25,10 @@ pub enum StoreCommand {
         /// `sled:DATA_DIR` or `postgres:URL`.
         #[arg(long)]
         to: Location,
+        /// The key the source's secrets are sealed with (base64 of 32 bytes). Default: the key
+        /// file of a sled source's data directory if it has one, else `storage.secret_key`.
+        #[arg(long, env = "CALLSTREAM_COPY_FROM_SECRET_KEY")]
+        from_secret_key: Option<String>,
     },
 }
 
@@ -49,10 +53,14 @@ impl std::str::FromStr for Location {
     }
 }
 
-/// Opens a store at `location` with the secret key of `config` (for sled without a
-/// configured key: the key file of that data directory, which a source must already have).
-fn open(config: &Config, location: &Location, source: bool) -> anyhow::Result<Arc<dyn Store>> {
-    let key = &config.storage.secret_key;
+/// Opens a store at `location` whose secrets are sealed with `key` (base64); for sled without
+/// one, with the key file of its data directory (which a source must already have).
+fn open(
+    location: &Location,
+    key: &str,
+    data_dir: &Path,
+    source: bool,
+) -> anyhow::Result<Arc<dyn Store>> {
     Ok(match location {
         Location::Sled(dir) => {
             if source && !dir.join(store::sled::DB_DIR).is_dir() {
@@ -69,10 +77,26 @@ fn open(config: &Config, location: &Location, source: bool) -> anyhow::Result<Ar
                      PostgreSQL instances use: base64 of 32 bytes"
                 );
             }
-            let secrets = SecretBox::from_config(key, &config.storage.data_dir)?;
+            let secrets = SecretBox::from_config(key, data_dir)?;
             Arc::new(PgStore::open(url, 2, secrets)?)
         }
     })
+}
+
+/// The key a source's secrets were sealed with: the one given, else the key file of a sled
+/// source's data directory, else the configured one.
+fn source_key(config: &Config, from: &Location, given: Option<String>) -> anyhow::Result<String> {
+    if let Some(key) = given {
+        return Ok(key);
+    }
+    if let Location::Sled(dir) = from {
+        let file = dir.join(store::crypto::KEY_FILE);
+        if file.exists() {
+            // The file holds the key as base64 text, as storage.secret_key does.
+            return Ok(std::fs::read_to_string(&file)?.trim().to_owned());
+        }
+    }
+    Ok(config.storage.secret_key.clone())
 }
 
 /// Runs a `store` subcommand.
@@ -87,9 +111,15 @@ pub fn run(config: &Config, command: StoreCommand, json: bool) -> anyhow::Result
             let latest = store::postgres::MIGRATIONS.last().map_or(0, |m| m.0);
             println!("PostgreSQL schema at version {latest}");
         }
-        StoreCommand::Copy { from, to } => {
-            let source = open(config, &from, true)?;
-            let target = open(config, &to, false)?;
+        StoreCommand::Copy {
+            from,
+            to,
+            from_secret_key,
+        } => {
+            let source_key = source_key(config, &from, from_secret_key)?;
+            let data_dir = &config.storage.data_dir;
+            let source = open(&from, &source_key, data_dir, true)?;
+            let target = open(&to, &config.storage.secret_key, data_dir, false)?;
             let report = store::copy::copy(&*source, &*target)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

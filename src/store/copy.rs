@@ -40,7 +40,9 @@ pub enum CopyError {
 /// Live calls' running totals are written in batches of this many.
 const CHECKPOINT_BATCH: usize = 500;
 
-/// Copies everything `from` holds into the empty `to`.
+/// Copies everything `from` holds into the empty `to`. Everything but the ledger is read (and
+/// every secret opened) before anything is written, so a wrong key or an unreadable record
+/// leaves the target empty.
 pub fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyError> {
     let existing_orgs = to.orgs()?.len();
     let existing_users = to.users()?.len();
@@ -49,19 +51,30 @@ pub fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyError> {
             "{existing_orgs} organisations, {existing_users} dashboard users"
         )));
     }
+    let orgs = from.orgs()?;
+    let mut records = Vec::with_capacity(orgs.len());
+    for org in orgs {
+        let keys = from.api_keys(&org.id)?;
+        let mut connectors = Vec::new();
+        for connector in from.connectors(&org.id)? {
+            if let Some(with_secret) = from.connector(&connector.client_id)? {
+                connectors.push(with_secret);
+            }
+        }
+        records.push((org, keys, connectors));
+    }
+    let users = from.users()?;
+
     let usage = |e: callstream_actors::usage::UsageError| StoreError::Backend(e.to_string());
     let mut report = CopyReport::default();
-    for org in from.orgs()? {
+    for (org, keys, connectors) in records {
         to.insert_org(&org)?;
         report.orgs += 1;
-        for key in from.api_keys(&org.id)? {
+        for key in keys {
             to.insert_api_key(&key)?;
             report.api_keys += 1;
         }
-        for connector in from.connectors(&org.id)? {
-            let Some((connector, secret)) = from.connector(&connector.client_id)? else {
-                continue;
-            };
+        for (connector, secret) in connectors {
             to.insert_connector(&connector, &secret)?;
             report.connectors += 1;
         }
@@ -80,7 +93,7 @@ pub fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyError> {
         }
         to.checkpoint(&running).map_err(usage)?;
     }
-    for user in from.users()? {
+    for user in users {
         to.insert_user(&user)?;
         report.users += 1;
     }

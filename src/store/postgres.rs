@@ -260,6 +260,9 @@ pub fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
     let mut tx = client.transaction().map_err(backend)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(backend)?;
+    // "relation already exists, skipping" is not news.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")
+        .map_err(backend)?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version     integer PRIMARY KEY,
