@@ -534,6 +534,21 @@ async fn load(
 
 /// `bench gateway`: added latency of the chat gateway on the upstream path, against a local
 /// stand-in for the provider that answers at once.
+/// Prepares a bench's store: sled with a key generated into the bench's temporary data
+/// directory, or the configured PostgreSQL (a scratch database: the bench writes its own
+/// organisation there) with the configured key, or a random one.
+fn bench_store(config: &mut Config) -> callstream::config::StorageBackend {
+    let backend = config.storage.backend;
+    if backend == callstream::config::StorageBackend::Sled {
+        config.storage.secret_key = String::new();
+    } else if config.storage.secret_key.is_empty() {
+        use base64::Engine as _;
+        config.storage.secret_key =
+            base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
+    }
+    backend
+}
+
 pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::Result<()> {
     use warp::Filter;
     let runtime = tokio::runtime::Runtime::new()?;
@@ -554,15 +569,7 @@ pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::
         let dir = tempfile_dir()?;
         let mut config = config.clone();
         config.storage.data_dir = dir.clone();
-        let backend = config.storage.backend;
-        if backend == callstream::config::StorageBackend::Sled {
-            config.storage.secret_key = String::new();
-        } else if config.storage.secret_key.is_empty() {
-            // The bench's own organisation, in the configured (scratch) database.
-            use base64::Engine as _;
-            config.storage.secret_key =
-                base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
-        }
+        let backend = bench_store(&mut config);
         config.llm.provider = callstream::config::LlmProviderKind::Upstream;
         config.llm.upstream.base_url = format!("http://{up_addr}/v1");
         config.llm.upstream.model = "bench".into();
@@ -737,15 +744,7 @@ pub fn calls(
         let dir = tempfile_dir()?;
         let mut config = config.clone();
         config.storage.data_dir = dir.clone();
-        let backend = config.storage.backend;
-        if backend == callstream::config::StorageBackend::Sled {
-            config.storage.secret_key = String::new();
-        } else if config.storage.secret_key.is_empty() {
-            // The bench's own organisation, in the configured (scratch) database.
-            use base64::Engine as _;
-            config.storage.secret_key =
-                base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>());
-        }
+        let backend = bench_store(&mut config);
         // Calls here never ask for an analysis: no language model is loaded or contacted.
         config.llm.provider = callstream::config::LlmProviderKind::Upstream;
         config.llm.upstream.base_url = "http://127.0.0.1:9/v1".into();
