@@ -1082,21 +1082,18 @@ impl SharedState for PgStore {
     }
 
     fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
-        let held: i64 = self.pool.with(|conn| {
-            Ok(conn
-                .client
-                .query_one(
-                    &format!(
-                        "SELECT COALESCE(SUM(amount), 0)::bigint FROM reservations
-                         WHERE org_id = $1 AND kind = $2 AND {}",
-                        live_instance("instance_id")
-                    ),
-                    &[&org_id, &kind_i16(kind)],
-                )
-                .map_err(backend)?
-                .get(0))
+        // On every quota check: a fixed statement, prepared once per connection.
+        let held = self.pool.with(|conn| {
+            conn.query_opt(
+                "SELECT COALESCE(SUM(r.amount), 0)::bigint FROM reservations r
+                 JOIN instances i ON i.id = r.instance_id
+                 WHERE r.org_id = $1 AND r.kind = $2
+                   AND i.heartbeat_ms > (extract(epoch from clock_timestamp()) * 1000)::bigint - $3",
+                &[&org_id, &kind_i16(kind), &INSTANCE_STALE_MS],
+            )
+            .map_err(backend)
         })?;
-        Ok(amount_u64(held))
+        Ok(held.map_or(0, |row| amount_u64(row.get(0))))
     }
 
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError> {
@@ -1233,16 +1230,14 @@ impl SharedState for PgStore {
 
     fn remote_calls(&self, org_id: &str) -> Vec<super::shared::RemoteCall> {
         let rows = self.pool.with(|conn| {
-            conn.client
-                .query(
-                    &format!(
-                        "SELECT instance_id, call FROM live_calls
-                         WHERE org_id = $1 AND instance_id <> $2 AND {}",
-                        live_instance("instance_id")
-                    ),
-                    &[&org_id, &self.instance],
-                )
-                .map_err(backend)
+            conn.query(
+                "SELECT c.instance_id, c.call FROM live_calls c
+                 JOIN instances i ON i.id = c.instance_id
+                 WHERE c.org_id = $1 AND c.instance_id <> $2
+                   AND i.heartbeat_ms > (extract(epoch from clock_timestamp()) * 1000)::bigint - $3",
+                &[&org_id, &self.instance, &INSTANCE_STALE_MS],
+            )
+            .map_err(backend)
         });
         match rows {
             Ok(rows) => rows
@@ -1364,14 +1359,6 @@ fn heartbeat(client: &mut Client, instance: &str) -> Result<(), postgres::Error>
          DELETE FROM reservations r WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = r.instance_id);
          DELETE FROM live_calls c WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = c.instance_id);"
     ))
-}
-
-/// Live instances, as a SQL condition on an `instance_id` column.
-fn live_instance(column: &str) -> String {
-    format!(
-        "EXISTS (SELECT 1 FROM instances i WHERE i.id = {column}
-                 AND i.heartbeat_ms > {DB_NOW_MS} - {INSTANCE_STALE_MS})"
-    )
 }
 
 impl Drop for PgStore {
