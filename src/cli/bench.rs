@@ -103,6 +103,13 @@ pub enum BenchCommand {
         /// Only the first N calls of the set.
         #[arg(long)]
         limit: Option<usize>,
+        /// Only the calls whose id starts with one of these, comma-separated (`sales`,
+        /// `tech,order`).
+        #[arg(long, value_delimiter = ',')]
+        calls: Vec<String>,
+        /// Only the intent analysis of the set (no BANT or NEAT-P).
+        #[arg(long)]
+        intent_only: bool,
         /// Prompt the set as the service does (each profile's instructions, then the
         /// transcript) or with the transcript first and each profile's instructions after it
         /// (one reading of the transcript for the three analyses; not used by the service).
@@ -143,6 +150,8 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             set,
             text,
             limit,
+            calls,
+            intent_only,
             layout,
             no_quality,
             no_speed,
@@ -155,6 +164,8 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
                 set,
                 text,
                 limit,
+                calls,
+                intent_only,
                 layout: layout.into(),
                 no_quality,
                 long_call: (!no_speed).then_some(audio),

@@ -28,6 +28,10 @@ pub struct Options {
     pub text: bool,
     /// Run only the first N calls.
     pub limit: Option<usize>,
+    /// Only the calls whose id starts with one of these (all when empty).
+    pub calls: Vec<String>,
+    /// Only the intent analysis.
+    pub intent_only: bool,
     /// How the set's analyses are prompted.
     pub layout: Layout,
     /// Skip the quality part.
@@ -270,7 +274,13 @@ fn quality(
     pool: &AsrPool,
     options: &Options,
 ) -> anyhow::Result<()> {
-    let mut calls = read_calls(&options.set.join("calls.txt"))?;
+    let mut calls: Vec<(usize, Call)> = read_calls(&options.set.join("calls.txt"))?
+        .into_iter()
+        .enumerate()
+        .filter(|(_, call)| {
+            options.calls.is_empty() || options.calls.iter().any(|p| call.id.starts_with(p))
+        })
+        .collect();
     calls.truncate(options.limit.unwrap_or(usize::MAX));
     println!(
         "{} labelled calls from {} ({}, prompted as {})",
@@ -290,7 +300,7 @@ fn quality(
     let (mut bant, mut neat_p) = (Tally::default(), Tally::default());
     let mut times: Vec<(ProfileKind, f64)> = Vec::new();
     let mut asr_secs = 0.0;
-    for (n, call) in calls.iter().enumerate() {
+    for (n, call) in &calls {
         let transcript = if options.text {
             dialogue(call.turns.iter().map(|(customer, said)| {
                 (if *customer { "Customer" } else { "Agent" }, said.as_str())
@@ -332,7 +342,7 @@ fn quality(
         if labels.contains(&call.intent.as_str()) {
             intent_top3 += 1;
         }
-        if !call.bant.is_empty() {
+        if !call.bant.is_empty() && !options.intent_only {
             let b = runtime.block_on(run(
                 provider,
                 ProfileKind::Bant,
@@ -342,7 +352,7 @@ fn quality(
             times.push((ProfileKind::Bant, b.secs));
             bant.add(&call.id, &call.bant, &b.analysis);
         }
-        if !call.neat_p.is_empty() {
+        if !call.neat_p.is_empty() && !options.intent_only {
             let p = runtime.block_on(run(
                 provider,
                 ProfileKind::NeatP,
@@ -583,7 +593,7 @@ mod tests {
                 .any(|c| c.bant.iter().chain(&c.neat_p).any(|(_, v)| v == status)));
         }
         // Each call has its recording: two channels, the customer on the first.
-        for (n, call) in calls.iter().enumerate() {
+        for (n, call) in &calls {
             let audio = load_audio(&dir.join(format!("call-{:02}.flac", n + 1)), 1).unwrap();
             assert_eq!(audio.len(), 2, "{}", call.id);
             let energy = |c: &[f32]| c.iter().map(|v| v * v).sum::<f32>();

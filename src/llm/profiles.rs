@@ -26,20 +26,34 @@ pub enum ProfileKind {
     NeatP,
 }
 
-/// A profile: its instructions and output schema.
+/// A profile: its instructions, output schema and worked examples.
 #[derive(Debug)]
 pub struct Profile {
     /// System prompt.
     pub prompt: &'static str,
     /// JSON schema of the output, keys in the order the model should write them.
     pub schema: Value,
+    /// Worked examples, shown to the model as earlier turns of the conversation: a transcript
+    /// and the answer to it, written compactly as the model should write its own.
+    pub examples: Vec<Example>,
 }
 
-fn load(prompt: &'static str, schema: &'static str) -> Profile {
+/// A transcript and the record the profile should give for it.
+#[derive(Debug, serde::Deserialize)]
+pub struct Example {
+    /// `Speaker: text` lines.
+    pub transcript: String,
+    /// The expected record.
+    pub answer: Value,
+}
+
+fn load(prompt: &'static str, schema: &'static str, examples: &'static str) -> Profile {
     Profile {
         prompt,
         schema: serde_json::from_str(schema)
             .expect("the profile schemas are valid JSON (checked by a test)"),
+        examples: serde_json::from_str(examples)
+            .expect("the profile examples are valid JSON (checked by a test)"),
     }
 }
 
@@ -53,18 +67,21 @@ pub fn profile(kind: ProfileKind) -> &'static Profile {
             load(
                 include_str!("profiles/intent.md"),
                 include_str!("profiles/intent.json"),
+                include_str!("profiles/intent.examples.json"),
             )
         }),
         ProfileKind::Bant => BANT.get_or_init(|| {
             load(
                 include_str!("profiles/bant.md"),
                 include_str!("profiles/bant.json"),
+                include_str!("profiles/bant.examples.json"),
             )
         }),
         ProfileKind::NeatP => NEAT_P.get_or_init(|| {
             load(
                 include_str!("profiles/neat_p.md"),
                 include_str!("profiles/neat_p.json"),
+                include_str!("profiles/neat_p.examples.json"),
             )
         }),
     }
@@ -203,14 +220,25 @@ pub enum Layout {
 const SHARED_SYSTEM: &str = "You analyse contact-center conversations. The user gives you a \
 transcript, then a task about it. Answer only with JSON.";
 
-/// The conversation that asks for analysis `kind` of `transcript`.
+/// The conversation that asks for analysis `kind` of `transcript`. With the instructions
+/// first, the profile's worked examples come between them and the transcript, as earlier
+/// turns: everything before the transcript is the same for every request of the profile.
 pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Message> {
-    let prompt = profile(kind).prompt;
+    let profile = profile(kind);
+    let prompt = profile.prompt;
     match layout {
-        Layout::InstructionsFirst => vec![
-            Message::new(Role::System, prompt),
-            Message::new(Role::User, format!("Transcript:\n{transcript}")),
-        ],
+        Layout::InstructionsFirst => {
+            let mut messages = vec![Message::new(Role::System, prompt)];
+            for example in &profile.examples {
+                messages.push(Message::new(
+                    Role::User,
+                    format!("Transcript:\n{}", example.transcript),
+                ));
+                messages.push(Message::new(Role::Assistant, example.answer.to_string()));
+            }
+            messages.push(Message::new(Role::User, format!("Transcript:\n{transcript}")));
+            messages
+        }
         Layout::TranscriptFirst => vec![
             Message::new(Role::System, SHARED_SYSTEM),
             Message::new(
@@ -248,8 +276,29 @@ pub struct Analysis {
     pub quotes: Quotes,
 }
 
-fn normalise(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+/// The words of `s`: where each starts and ends, and its letters and digits in lower case.
+/// Words without letters or digits (a lone dash) are left out.
+fn words(s: &str) -> Vec<(usize, usize, String)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, ch) in s.char_indices().chain(std::iter::once((s.len(), ' '))) {
+        match (ch.is_whitespace(), start) {
+            (false, None) => start = Some(i),
+            (true, Some(from)) => {
+                let key: String = s[from..i]
+                    .chars()
+                    .filter(|c| c.is_alphanumeric())
+                    .flat_map(char::to_lowercase)
+                    .collect();
+                if !key.is_empty() {
+                    out.push((from, i, key));
+                }
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The speaker labels of a transcript whose lines read `Speaker: text`.
@@ -274,19 +323,35 @@ fn strip_label<'a>(s: &'a str, labels: &[String]) -> &'a str {
         .unwrap_or(s)
 }
 
-/// Keeps only evidence quotes that occur verbatim in what was said in `transcript` (its lines
-/// read `Speaker: text`; a quote that carries a speaker label loses it; runs of white space
-/// count as one space; quote marks around a quote are removed) and writes them in that exact
-/// form, so each is a substring of the transcript text. Confidences are clamped to 0..1; a
-/// criterion marked identified that is left with no evidence becomes partial. Returns how many
-/// quotes there were and how many were kept.
+/// Where `quote` was said: the same words in the same order within one line of `spoken`
+/// (case and punctuation aside), as the transcript has them.
+fn find_quote<'a>(quote: &str, spoken: &[&'a str]) -> Option<&'a str> {
+    let wanted: Vec<String> = words(quote).into_iter().map(|(_, _, k)| k).collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    spoken.iter().find_map(|line| {
+        let have = words(line);
+        have.windows(wanted.len())
+            .find(|w| w.iter().zip(&wanted).all(|(h, k)| h.2 == *k))
+            .map(|w| &line[w[0].0..w[w.len() - 1].1])
+    })
+}
+
+/// Keeps only evidence quotes that were said in `transcript` (its lines read `Speaker: text`):
+/// the same words in the same order within one speaker's line, case and punctuation aside (a
+/// speaker label at the start of a quote is not part of it). Each kept quote is written as the
+/// transcript has it, so it is a substring of the transcript. A status must rest on what was
+/// said: a criterion marked identified that is left with no evidence becomes partial, one
+/// marked partial with no evidence becomes not_found, and a not_found one has no summary or
+/// evidence. Confidences are clamped to 0..1. Returns how many quotes there were and how many
+/// were kept.
 pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
     let labels = speaker_labels(transcript);
     let spoken: Vec<&str> = transcript
         .lines()
         .map(|l| strip_label(l, &labels))
         .collect();
-    let haystack = normalise(&spoken.join(" "));
     let mut quotes = Quotes::default();
     let Some(criteria) = record.as_object_mut() else {
         return quotes;
@@ -296,17 +361,17 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
             continue;
         };
         if let Some(Value::Array(given)) = c.get_mut("evidence") {
-            let kept: Vec<Value> = given
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|q| {
-                    q.trim()
-                        .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'))
-                })
-                .map(|q| normalise(strip_label(q, &labels)))
-                .filter(|q| !q.is_empty() && haystack.contains(q.as_str()))
-                .map(Value::from)
-                .collect();
+            let mut kept: Vec<Value> = Vec::new();
+            for quote in given.iter().filter_map(Value::as_str) {
+                let quote = quote
+                    .trim()
+                    .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'));
+                if let Some(said) = find_quote(strip_label(quote, &labels), &spoken) {
+                    if !kept.iter().any(|k| k.as_str() == Some(said)) {
+                        kept.push(Value::from(said));
+                    }
+                }
+            }
             quotes.given += given.len();
             quotes.verbatim += kept.len();
             *given = kept;
@@ -315,9 +380,18 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
             .get("evidence")
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty);
-        if no_evidence && c.get("status").and_then(Value::as_str) == Some("identified") {
-            c.insert("status".into(), Value::from("partial"));
+        let status = c.get("status").and_then(Value::as_str).unwrap_or_default();
+        let status = match status {
+            "identified" if no_evidence => "partial",
+            "partial" if no_evidence => "not_found",
+            other => other,
         }
+        .to_owned();
+        if status == "not_found" {
+            c.insert("summary".into(), Value::from(""));
+            c.insert("evidence".into(), Value::Array(Vec::new()));
+        }
+        c.insert("status".into(), Value::from(status));
         if let Some(conf) = c.get("confidence").and_then(Value::as_f64) {
             c.insert(
                 "confidence".into(),
@@ -445,33 +519,155 @@ mod tests {
         assert!(intent_labels().contains(&"order_status".to_owned()));
     }
 
+    /// Where `value` breaks `schema` (the parts of JSON schema the profiles use: objects with
+    /// their keys in the schema's order, arrays with item counts, strings with enums and
+    /// lengths, numbers).
+    fn schema_errors(schema: &Value, value: &Value, at: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        match schema["type"].as_str() {
+            Some("object") => {
+                let props = schema["properties"].as_object().unwrap();
+                let Some(obj) = value.as_object() else {
+                    return vec![format!("{at}: not an object")];
+                };
+                let want: Vec<&String> = props.keys().collect();
+                let got: Vec<&String> = obj.keys().collect();
+                if want != got {
+                    errors.push(format!("{at}: keys {got:?}, schema order {want:?}"));
+                }
+                for (key, sub) in props {
+                    if let Some(v) = obj.get(key) {
+                        errors.extend(schema_errors(sub, v, &format!("{at}.{key}")));
+                    }
+                }
+            }
+            Some("array") => {
+                let Some(items) = value.as_array() else {
+                    return vec![format!("{at}: not an array")];
+                };
+                let min = schema["minItems"].as_u64().unwrap_or(0) as usize;
+                let max = schema["maxItems"].as_u64().map_or(usize::MAX, |m| m as usize);
+                if items.len() < min || items.len() > max {
+                    errors.push(format!("{at}: {} items", items.len()));
+                }
+                for (i, item) in items.iter().enumerate() {
+                    errors.extend(schema_errors(&schema["items"], item, &format!("{at}[{i}]")));
+                }
+            }
+            Some("string") => match value.as_str() {
+                None => errors.push(format!("{at}: not a string")),
+                Some(text) => {
+                    if let Some(allowed) = schema["enum"].as_array() {
+                        if !allowed.contains(value) {
+                            errors.push(format!("{at}: {text:?} is not one of the enum"));
+                        }
+                    }
+                    if let Some(max) = schema["maxLength"].as_u64() {
+                        if text.chars().count() as u64 > max {
+                            errors.push(format!("{at}: longer than {max}"));
+                        }
+                    }
+                }
+            },
+            Some("number") => {
+                if !value.is_number() {
+                    errors.push(format!("{at}: not a number"));
+                }
+            }
+            other => errors.push(format!("{at}: schema type {other:?} not checked")),
+        }
+        errors
+    }
+
+    #[test]
+    fn worked_examples_follow_their_schema_and_quote_their_transcripts() {
+        for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
+            let p = profile(kind);
+            for (i, example) in p.examples.iter().enumerate() {
+                let errors = schema_errors(&p.schema, &example.answer, &format!("{kind:?}[{i}]"));
+                assert!(errors.is_empty(), "{errors:#?}");
+                if kind != ProfileKind::Intent {
+                    let mut checked = example.answer.clone();
+                    let quotes = verify_evidence(&mut checked, &example.transcript);
+                    assert_eq!(quotes.given, quotes.verbatim, "{kind:?}[{i}] quotes");
+                    assert_eq!(checked, example.answer, "{kind:?}[{i}]");
+                }
+            }
+        }
+        // Every label is shown at least once.
+        let shown: std::collections::HashSet<&str> = profile(ProfileKind::Intent)
+            .examples
+            .iter()
+            .flat_map(|e| e.answer["intents"].as_array().unwrap())
+            .filter_map(|i| i["intent"].as_str())
+            .collect();
+        assert_eq!(shown.len(), intent_labels().len());
+    }
+
+    #[test]
+    fn examples_sit_between_the_instructions_and_the_transcript() {
+        let m = messages(ProfileKind::Intent, Layout::InstructionsFirst, "Customer: hi");
+        let examples = profile(ProfileKind::Intent).examples.len();
+        assert_eq!(m.len(), 2 + 2 * examples);
+        assert_eq!(m[0].role, Role::System);
+        assert_eq!(m[2].role, Role::Assistant);
+        let last = m.last().unwrap();
+        assert_eq!((last.role, last.content.as_str()), (Role::User, "Transcript:\nCustomer: hi"));
+        // The prefix every request of the profile shares ends where the transcript begins.
+        let other = messages(ProfileKind::Intent, Layout::InstructionsFirst, "Agent: hello");
+        assert_eq!(m[..m.len() - 1], other[..other.len() - 1]);
+    }
+
     #[test]
     fn evidence_must_occur_in_the_transcript() {
-        let transcript = "Customer: We have about fifty thousand dollars set aside.\nAgent: Great.";
+        let transcript = "Customer: We have about fifty thousand dollars set aside.\nAgent: Great.\n\
+                          Customer: Maybe next quarter, we'll see.";
         let mut record = serde_json::json!({
             "budget": {"status": "identified", "summary": "50k", "confidence": 1.4,
-                       "evidence": ["\"We have about fifty  thousand dollars\"", "we have about fifty thousand", "a million dollars",
-                                    "Customer: set aside.", "Customer: We have about fifty thousand dollars set aside. Agent: Great."]},
+                       "evidence": ["\"We have about fifty  thousand dollars\"", "we have about FIFTY thousand",
+                                    "a million dollars", "Customer: set aside", "We have about fifty thousand dollars.",
+                                    "Customer: We have about fifty thousand dollars set aside. Agent: Great."]},
             "timeline": {"status": "identified", "summary": "soon", "confidence": 0.5,
-                         "evidence": ["next week"]}
+                         "evidence": ["next week"]},
+            "authority": {"status": "partial", "summary": "the boss", "confidence": 0.5,
+                          "evidence": ["my boss signs"]},
+            "need": {"status": "partial", "summary": "a quarter", "confidence": 0.5,
+                     "evidence": ["maybe next quarter we'll see"]}
         });
         let quotes = verify_evidence(&mut record, transcript);
         assert_eq!(
             quotes,
             Quotes {
-                given: 6,
-                verbatim: 2
+                given: 9,
+                verbatim: 4
             }
         );
-        // A speaker label is not part of what was said: it is removed, and a quote that runs
-        // across two speakers' lines is not verbatim.
+        // Case, punctuation and white space aside, the words must be said in that order within
+        // one speaker's line; each is written as the transcript has it, once. A speaker label
+        // is not part of what was said, and a quote that runs across two lines is not said.
         assert_eq!(
             record["budget"]["evidence"],
-            serde_json::json!(["We have about fifty thousand dollars", "set aside."])
+            serde_json::json!([
+                "We have about fifty thousand dollars",
+                "We have about fifty thousand",
+                "set aside."
+            ])
         );
         assert_eq!(record["budget"]["confidence"], 1.0);
         assert_eq!(record["budget"]["status"], "identified");
+        assert_eq!(
+            record["need"]["evidence"],
+            serde_json::json!(["Maybe next quarter, we'll see."])
+        );
+        assert_eq!(record["need"]["status"], "partial");
+        // Claims without anything said behind them step down: identified to partial, partial
+        // to not_found (which has no summary).
         assert_eq!(record["timeline"]["evidence"], serde_json::json!([]));
         assert_eq!(record["timeline"]["status"], "partial");
+        assert_eq!(record["authority"]["status"], "not_found");
+        assert_eq!(record["authority"]["summary"], "");
+        for quote in record["budget"]["evidence"].as_array().unwrap() {
+            assert!(transcript.contains(quote.as_str().unwrap()));
+        }
     }
 }
