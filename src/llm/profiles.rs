@@ -236,7 +236,10 @@ pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Mess
                 ));
                 messages.push(Message::new(Role::Assistant, example.answer.to_string()));
             }
-            messages.push(Message::new(Role::User, format!("Transcript:\n{transcript}")));
+            messages.push(Message::new(
+                Role::User,
+                format!("Transcript:\n{transcript}"),
+            ));
             messages
         }
         Layout::TranscriptFirst => vec![
@@ -546,7 +549,9 @@ mod tests {
                     return vec![format!("{at}: not an array")];
                 };
                 let min = schema["minItems"].as_u64().unwrap_or(0) as usize;
-                let max = schema["maxItems"].as_u64().map_or(usize::MAX, |m| m as usize);
+                let max = schema["maxItems"]
+                    .as_u64()
+                    .map_or(usize::MAX, |m| m as usize);
                 if items.len() < min || items.len() > max {
                     errors.push(format!("{at}: {} items", items.len()));
                 }
@@ -606,21 +611,33 @@ mod tests {
 
     #[test]
     fn examples_sit_between_the_instructions_and_the_transcript() {
-        let m = messages(ProfileKind::Intent, Layout::InstructionsFirst, "Customer: hi");
+        let m = messages(
+            ProfileKind::Intent,
+            Layout::InstructionsFirst,
+            "Customer: hi",
+        );
         let examples = profile(ProfileKind::Intent).examples.len();
         assert_eq!(m.len(), 2 + 2 * examples);
         assert_eq!(m[0].role, Role::System);
         assert_eq!(m[2].role, Role::Assistant);
         let last = m.last().unwrap();
-        assert_eq!((last.role, last.content.as_str()), (Role::User, "Transcript:\nCustomer: hi"));
+        assert_eq!(
+            (last.role, last.content.as_str()),
+            (Role::User, "Transcript:\nCustomer: hi")
+        );
         // The prefix every request of the profile shares ends where the transcript begins.
-        let other = messages(ProfileKind::Intent, Layout::InstructionsFirst, "Agent: hello");
+        let other = messages(
+            ProfileKind::Intent,
+            Layout::InstructionsFirst,
+            "Agent: hello",
+        );
         assert_eq!(m[..m.len() - 1], other[..other.len() - 1]);
     }
 
     #[test]
     fn evidence_must_occur_in_the_transcript() {
-        let transcript = "Customer: We have about fifty thousand dollars set aside.\nAgent: Great.\n\
+        let transcript =
+            "Customer: We have about fifty thousand dollars set aside.\nAgent: Great.\n\
                           Customer: Maybe next quarter, we'll see.";
         let mut record = serde_json::json!({
             "budget": {"status": "identified", "summary": "50k", "confidence": 1.4,
