@@ -593,7 +593,7 @@ mod tests {
                 .any(|c| c.bant.iter().chain(&c.neat_p).any(|(_, v)| v == status)));
         }
         // Each call has its recording: two channels, the customer on the first.
-        for (n, call) in &calls {
+        for (n, call) in calls.iter().enumerate() {
             let audio = load_audio(&dir.join(format!("call-{:02}.flac", n + 1)), 1).unwrap();
             assert_eq!(audio.len(), 2, "{}", call.id);
             let energy = |c: &[f32]| c.iter().map(|v| v * v).sum::<f32>();

@@ -326,15 +326,21 @@ fn strip_label<'a>(s: &'a str, labels: &[String]) -> &'a str {
         .unwrap_or(s)
 }
 
+/// Most evidence quotes read per criterion (the schemas allow two; an upstream model may not
+/// keep to them).
+const MAX_QUOTES: usize = 8;
+
+/// A line of what was said and its words (see [`words`]).
+type SpokenLine<'a> = (&'a str, Vec<(usize, usize, String)>);
+
 /// Where `quote` was said: the same words in the same order within one line of `spoken`
 /// (case and punctuation aside), as the transcript has them.
-fn find_quote<'a>(quote: &str, spoken: &[&'a str]) -> Option<&'a str> {
+fn find_quote<'a>(quote: &str, spoken: &[SpokenLine<'a>]) -> Option<&'a str> {
     let wanted: Vec<String> = words(quote).into_iter().map(|(_, _, k)| k).collect();
     if wanted.is_empty() {
         return None;
     }
-    spoken.iter().find_map(|line| {
-        let have = words(line);
+    spoken.iter().find_map(|(line, have)| {
         have.windows(wanted.len())
             .find(|w| w.iter().zip(&wanted).all(|(h, k)| h.2 == *k))
             .map(|w| &line[w[0].0..w[w.len() - 1].1])
@@ -351,9 +357,12 @@ fn find_quote<'a>(quote: &str, spoken: &[&'a str]) -> Option<&'a str> {
 /// were kept.
 pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
     let labels = speaker_labels(transcript);
-    let spoken: Vec<&str> = transcript
+    let spoken: Vec<SpokenLine> = transcript
         .lines()
-        .map(|l| strip_label(l, &labels))
+        .map(|l| {
+            let said = strip_label(l, &labels);
+            (said, words(said))
+        })
         .collect();
     let mut quotes = Quotes::default();
     let Some(criteria) = record.as_object_mut() else {
@@ -365,7 +374,7 @@ pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
         };
         if let Some(Value::Array(given)) = c.get_mut("evidence") {
             let mut kept: Vec<Value> = Vec::new();
-            for quote in given.iter().filter_map(Value::as_str) {
+            for quote in given.iter().take(MAX_QUOTES).filter_map(Value::as_str) {
                 let quote = quote
                     .trim()
                     .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'));
