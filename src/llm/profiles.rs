@@ -1,12 +1,13 @@
-//! Analysis profiles: intent, BANT and NEAT-P. Each is a prompt and a JSON schema (files in
-//! `src/llm/profiles/`): the prompt is the system message, the transcript the user message. The
-//! model's output is constrained by the schema (a grammar on the embedded model,
-//! `response_format` upstream), so it always parses. Evidence quotes are then checked against
-//! the transcript and any that do not occur in it verbatim are dropped.
+//! Analysis profiles: intent, BANT and NEAT-P. Each is a prompt, a JSON schema and worked
+//! examples (files in `src/llm/profiles/`): the prompt is the system message, the examples
+//! earlier user/assistant turns, the transcript the last user message. The model's output is
+//! constrained by the schema (a grammar on the embedded model, `response_format` upstream), so
+//! it always parses. Evidence quotes are then looked up in the transcript: those whose words
+//! were not said there are dropped, and a status left without evidence steps down.
 //!
 //! The embedded model keeps evaluated prompts for reuse (`embedded::PrefixCache`): a profile's
-//! system prompt is evaluated once, and on a live call each `analyze` evaluates only the part of
-//! the transcript that is new since the call's last analysis.
+//! instructions and examples are evaluated once, and on a live call each `analyze` evaluates
+//! only the part of the transcript that is new since the call's last analysis.
 
 use std::sync::{Arc, OnceLock};
 
