@@ -60,7 +60,7 @@ async fn analyses_on_the_embedded_model() {
     // The warm-up evaluates the intent prompt before any request.
     llm.warm(callstream::llm::profiles::warm_up_messages());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while llm.prompt_stats().evaluated == 0 {
+    while llm.prompt_stats().warmed == 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "the warm-up never ran"
@@ -69,6 +69,55 @@ async fn analyses_on_the_embedded_model() {
     }
     intent_bant_and_neat_p_parse_and_quote_verbatim(&llm).await;
     evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
+    a_warm_up_yields_to_a_request(&llm).await;
+}
+
+/// A warm-up under way stops at its next prompt chunk when a request arrives: the request is
+/// answered without waiting for the whole warm-up, which is not evaluated to its end.
+async fn a_warm_up_yields_to_a_request(llm: &EmbeddedLlm) {
+    use callstream::llm::{Generation, Message, Role, Sampling};
+    // About 3,000 tokens: six chunks of prompt.
+    let long = "Name three colours. ".repeat(600);
+    let before = llm.prompt_stats();
+    llm.warm(vec![
+        Message::new(Role::System, "You are a warm-up."),
+        Message::new(Role::User, long),
+    ]);
+    // The warm-up has begun once its prompt is counted (before its first chunk is evaluated).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while llm.prompt_stats().evaluated == before.evaluated {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the warm-up never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let answer = llm
+        .generate(
+            Generation {
+                messages: vec![
+                    Message::new(Role::System, "You are terse."),
+                    Message::new(Role::User, "Say yes."),
+                ],
+                tools: Vec::new(),
+                sampling: Sampling {
+                    max_tokens: 4,
+                    temperature: 0.0,
+                    ..Default::default()
+                },
+                json_schema: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let after = llm.prompt_stats();
+    assert_eq!(after.warmed, before.warmed, "the warm-up ran to its end");
+    let evaluated = after.evaluated - before.evaluated;
+    assert!(
+        evaluated < 2_000 + answer.usage.prompt_tokens,
+        "{evaluated} prompt tokens evaluated: the warm-up did not yield"
+    );
 }
 
 async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {

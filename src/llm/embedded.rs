@@ -86,12 +86,15 @@ pub struct PromptStats {
     pub evaluated: u64,
     /// Tokens found already evaluated (in the context or a kept snapshot).
     pub reused: u64,
+    /// Warm-ups evaluated to their end (a warm-up yields to a request that arrives).
+    pub warmed: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     evaluated: AtomicU64,
     reused: AtomicU64,
+    warmed: AtomicU64,
 }
 
 impl std::fmt::Debug for EmbeddedLlm {
@@ -136,6 +139,7 @@ impl EmbeddedLlm {
         PromptStats {
             evaluated: self.stats.evaluated.load(Ordering::Relaxed),
             reused: self.stats.reused.load(Ordering::Relaxed),
+            warmed: self.stats.warmed.load(Ordering::Relaxed),
         }
     }
 
@@ -260,7 +264,12 @@ fn worker(
         if done.as_ref().is_some_and(oneshot::Sender::is_closed) {
             continue;
         }
-        let abandoned = || done.as_ref().is_some_and(oneshot::Sender::is_closed);
+        // A request is given up when its requester has gone; a warm-up yields as soon as a
+        // request waits (what it evaluated so far stays in the context for reuse).
+        let abandoned = || match &done {
+            Some(done) => done.is_closed(),
+            None => !jobs.is_empty(),
+        };
         let result = generate(
             &model,
             &template,
@@ -274,11 +283,15 @@ fn worker(
             Some(done) => {
                 let _ = done.send(result);
             }
-            None => {
-                if let Err(e) = result {
-                    tracing::warn!(error = %e, "warming the model up failed");
+            None => match result {
+                Err(LlmError::Cancelled { .. }) => {
+                    tracing::debug!("a warm-up yielded to a request");
                 }
-            }
+                Err(e) => tracing::warn!(error = %e, "warming the model up failed"),
+                Ok(_) => {
+                    cache.counters.warmed.fetch_add(1, Ordering::Relaxed);
+                }
+            },
         }
     }
 }
@@ -422,8 +435,22 @@ fn generate(
     let reused = cache.prepare(ctx, &tokens);
     let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
     for (chunk_index, chunk) in tokens[reused..].chunks(PROMPT_CHUNK).enumerate() {
-        batch.clear();
         let base = reused + chunk_index * PROMPT_CHUNK;
+        if chunk_index > 0 && abandoned() {
+            // Counted as evaluated when the prompt was prepared; the rest never was.
+            cache
+                .counters
+                .evaluated
+                .fetch_sub((tokens.len() - base) as u64, Ordering::Relaxed);
+            return Err(spent(
+                LlmError::Cancelled {
+                    usage: Usage::default(),
+                },
+                tokens.len(),
+                0,
+            ));
+        }
+        batch.clear();
         for (i, &t) in chunk.iter().enumerate() {
             let last = base + i == tokens.len() - 1;
             batch
