@@ -83,17 +83,17 @@ fn open(
     })
 }
 
-/// The key a source's secrets were sealed with: the one given, else the key file of a sled
-/// source's data directory, else the configured one.
+/// The key a source's secrets were sealed with: the one given, else (as an empty key, which
+/// `SecretBox::from_config` reads from the data directory) the key file of a sled source's
+/// data directory, else the configured one.
 fn source_key(config: &Config, from: &Location, given: Option<String>) -> anyhow::Result<String> {
     if let Some(key) = given {
         return Ok(key);
     }
     if let Location::Sled(dir) = from {
-        let file = dir.join(store::crypto::KEY_FILE);
-        if file.exists() {
-            // The file holds the key as base64 text, as storage.secret_key does.
-            return Ok(std::fs::read_to_string(&file)?.trim().to_owned());
+        if dir.join(store::crypto::KEY_FILE).exists() {
+            // No key given: the store opens with its data directory's key file.
+            return Ok(String::new());
         }
     }
     Ok(config.storage.secret_key.clone())
