@@ -158,6 +158,9 @@ pub struct LlmConfig {
     pub threads: u32,
     /// Context window of the embedded model.
     pub context_tokens: u32,
+    /// llama.cpp's flash attention in the embedded model.
+    #[serde(default)]
+    pub flash_attention: bool,
     /// Requests that may wait for the embedded model.
     pub queue: usize,
     /// Evaluated prompts the embedded model keeps for reuse, besides the one in its context.

@@ -29,7 +29,7 @@ use callstream_actors::transcript::{dialogue, round3, speaker_label};
 use callstream_actors::usage::{Allowance, UsageError, UsageKind, UsageSource};
 
 use crate::auth::{AuthError, Authenticator, Caller};
-use crate::llm::profiles::{analyse, Layout, ProfileKind};
+use crate::llm::profiles::{analyse, ProfileKind, FILE_LAYOUT};
 use crate::llm::{LlmError, Provider};
 
 /// One file to transcribe.
@@ -380,9 +380,9 @@ pub async fn transcribe(
                 .zip(&labels)
                 .map(|(s, label)| (label.as_str(), s.text.as_str())),
         );
-        // Each profile's instructions before the transcript: the layout the labelled set was
-        // measured on (README, Measured; `Layout::TranscriptFirst` is not used yet).
-        let run = |kind| analyse(llm.as_ref(), kind, Layout::InstructionsFirst, &spoken);
+        // One prompt for the three analyses but its last words: the transcript is evaluated
+        // once, and the model keeps it for the next analysis.
+        let run = |kind| analyse(llm.as_ref(), kind, FILE_LAYOUT, &spoken);
         if analyses.intent {
             intent = Some(run(ProfileKind::Intent).await?.0);
         }

@@ -5,8 +5,13 @@
 mod common;
 
 use callstream::llm::embedded::{EmbeddedConfig, EmbeddedLlm};
-use callstream::llm::profiles::{analyse, intent_labels, messages, Layout, ProfileKind};
+use std::sync::Arc;
+
+use callstream::llm::profiles::{
+    analyse, intent_labels, Layout, LlmIntent, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
+};
 use callstream::llm::Provider;
+use callstream_actors::call::IntentClassifier;
 
 const TRANSCRIPT: &str = "Agent: Thanks for calling Acme Software, how can I help?
 Customer: Hi, I'm the operations director at Northwind. We're looking to replace our call center software.
@@ -23,9 +28,10 @@ fn model() -> EmbeddedLlm {
         &common::llm_path(),
         EmbeddedConfig {
             threads: 2,
-            context_tokens: 4096,
+            context_tokens: 8192,
             queue: 4,
             prefix_cache_entries: 4,
+            flash_attention: false,
             prefix_cache_bytes: 256 << 20,
         },
     )
@@ -56,11 +62,15 @@ fn check_quotes(record: &serde_json::Value, criteria: &[&str]) {
 /// test, one after the other.
 #[tokio::test]
 async fn analyses_on_the_embedded_model() {
-    let llm = model();
-    // The warm-up evaluates the intent prompt before any request.
-    llm.warm(callstream::llm::profiles::warm_up_messages());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while llm.prompt_stats().warmed == 0 {
+    let llm = Arc::new(model());
+    // The warm-ups evaluate the live intent prompt and the files prompt before any request.
+    let warm_ups = callstream::llm::profiles::warm_ups();
+    let count = warm_ups.len() as u64;
+    for messages in warm_ups {
+        llm.warm(messages);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while llm.prompt_stats().warmed < count {
         assert!(
             std::time::Instant::now() < deadline,
             "the warm-up never ran"
@@ -70,6 +80,53 @@ async fn analyses_on_the_embedded_model() {
     intent_bant_and_neat_p_parse_and_quote_verbatim(&llm).await;
     evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
     a_warm_up_yields_to_a_request(&llm).await;
+    a_transcript_longer_than_the_window_is_analysed_without_its_middle(&llm).await;
+}
+
+/// A structured answer needs room for all of its tokens; a transcript too long for the window
+/// is analysed without lines from its middle, and its quotes still come from it.
+async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm: &EmbeddedLlm) {
+    use callstream::llm::{Generation, LlmError, Message, Role, Sampling};
+    let cut_short = llm
+        .generate(
+            Generation {
+                messages: vec![Message::new(Role::User, "Answer with an empty object.")],
+                tools: Vec::new(),
+                sampling: Sampling {
+                    max_tokens: 8_190,
+                    temperature: 0.0,
+                    ..Default::default()
+                },
+                json_schema: Some(serde_json::json!({"type": "object"})),
+            },
+            None,
+        )
+        .await;
+    assert!(
+        matches!(cut_short, Err(LlmError::ContextOverflow { .. })),
+        "{cut_short:?}"
+    );
+    // About 12,000 tokens: the sales call, then small talk, then the call's end.
+    let filler = "Agent: While the system loads, how has the weather been over there?\n\
+                  Customer: Mostly grey, some rain in the mornings, nothing unusual.\n"
+        .repeat(350);
+    let long = format!(
+        "{TRANSCRIPT}\n{filler}Agent: So I will send the proposal on Friday.\n\
+         Customer: Good, we need it before our contract ends in March.\n"
+    );
+    let (bant, usage) = analyse(llm, ProfileKind::Bant, LIVE_LAYOUT, &long)
+        .await
+        .unwrap();
+    println!(
+        "bant of a long call ({} prompt tokens) {bant}",
+        usage.prompt_tokens
+    );
+    assert!(usage.prompt_tokens < 8192 - 1024, "{usage:?}");
+    for c in bant.as_object().unwrap().values() {
+        for quote in c["evidence"].as_array().unwrap() {
+            assert!(long.contains(quote.as_str().unwrap()), "{quote}");
+        }
+    }
 }
 
 /// A warm-up under way stops at its next prompt chunk when a request arrives: the request is
@@ -121,14 +178,9 @@ async fn a_warm_up_yields_to_a_request(llm: &EmbeddedLlm) {
 }
 
 async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
-    let (intent, usage) = analyse(
-        llm,
-        ProfileKind::Intent,
-        Layout::TranscriptFirst,
-        TRANSCRIPT,
-    )
-    .await
-    .unwrap();
+    let (intent, usage) = analyse(llm, ProfileKind::Intent, FILE_LAYOUT, TRANSCRIPT)
+        .await
+        .unwrap();
     println!("intent {intent}");
     assert!(usage.total_tokens > 0);
     let labels = intent_labels();
@@ -146,14 +198,9 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
     }
     assert!(intent["reasoning"].is_string());
 
-    let (bant, _) = analyse(
-        llm,
-        ProfileKind::Bant,
-        Layout::InstructionsFirst,
-        TRANSCRIPT,
-    )
-    .await
-    .unwrap();
+    let (bant, _) = analyse(llm, ProfileKind::Bant, FILE_LAYOUT, TRANSCRIPT)
+        .await
+        .unwrap();
     println!("bant {bant}");
     check_quotes(&bant, &["budget", "authority", "need", "timeline"]);
     assert_eq!(
@@ -168,14 +215,9 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .sum();
     assert!(quotes >= 1, "some evidence survives verification");
 
-    let (neat, _) = analyse(
-        llm,
-        ProfileKind::NeatP,
-        Layout::InstructionsFirst,
-        TRANSCRIPT,
-    )
-    .await
-    .unwrap();
+    let (neat, _) = analyse(llm, ProfileKind::NeatP, FILE_LAYOUT, TRANSCRIPT)
+        .await
+        .unwrap();
     println!("neat_p {neat}");
     check_quotes(
         &neat,
@@ -207,9 +249,9 @@ async fn evaluated_for(
 }
 
 async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(
-    llm: &EmbeddedLlm,
+    llm: &Arc<EmbeddedLlm>,
 ) {
-    let live = Layout::InstructionsFirst;
+    let live = LIVE_LAYOUT;
     // The live intent prompt is evaluated already: a live intent analysis evaluates at most
     // the transcript.
     let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
@@ -217,15 +259,19 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
         first <= TRANSCRIPT.len() as u64 + 16,
         "{first} of {prompt} evaluated"
     );
-    // A file's three analyses read the transcript once: after the first, the others evaluate
-    // their instructions only. The transcript has more than one token per five bytes, and
-    // those are reused.
-    let file = Layout::TranscriptFirst;
-    evaluated_for(llm, ProfileKind::Intent, file, TRANSCRIPT).await;
+    // A file's three analyses read the transcript once: the instructions and examples of
+    // all three were evaluated at the warm-up, the first analysis evaluates the transcript,
+    // and the other two only the name of their task.
+    let file = FILE_LAYOUT;
+    let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, file, TRANSCRIPT).await;
+    assert!(
+        first <= TRANSCRIPT.len() as u64 + 16,
+        "{first} of {prompt} evaluated"
+    );
     for kind in [ProfileKind::Bant, ProfileKind::NeatP] {
         let (evaluated, prompt) = evaluated_for(llm, kind, file, TRANSCRIPT).await;
         assert!(
-            prompt - evaluated >= TRANSCRIPT.len() as u64 / 5,
+            evaluated <= 16,
             "{kind:?}: {evaluated} of {prompt} evaluated"
         );
     }
@@ -262,11 +308,11 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
         evaluated <= new_bytes + 16,
         "{evaluated} of {prompt} evaluated, {new_bytes} bytes new"
     );
-    // Lines handed over to prepare (as a live call does after its first analyze) are read
-    // while the model is idle: the next analysis evaluates next to nothing.
+    // Lines handed over to prepare (as a live call's intent actor does after its first
+    // analyze) are read while the model is idle: the next analysis evaluates next to nothing.
     let latest = format!("{later}Agent: Great, I will send a proposal on Friday.\n");
     let before = llm.prompt_stats();
-    llm.prefill(messages(ProfileKind::Intent, live, &latest));
+    LlmIntent::new(llm.clone()).prefill(latest.clone());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while llm.prompt_stats() == before {
         assert!(

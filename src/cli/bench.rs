@@ -89,6 +89,10 @@ pub enum BenchCommand {
         /// Generations to time.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// About this many tokens of earlier conversation before the question, so that the
+        /// generation runs on a context of that length.
+        #[arg(long, default_value_t = 0)]
+        context: usize,
     },
     /// Intent, BANT and NEAT-P analyses with the configured model: intent top-1, status
     /// accuracy and verbatim evidence on a labelled set of calls, then the time of the three
@@ -110,10 +114,10 @@ pub enum BenchCommand {
         /// Only the intent analysis of the set (no BANT or NEAT-P).
         #[arg(long)]
         intent_only: bool,
-        /// Prompt the set as the service does (each profile's instructions, then the
-        /// transcript) or with the transcript first and each profile's instructions after it
-        /// (one reading of the transcript for the three analyses; not used by the service).
-        #[arg(long, value_enum, default_value_t = super::bench_analysis::SetLayout::Service)]
+        /// Prompt the set as the service prompts a file's analyses (every profile's
+        /// instructions, the transcript, then the task) or a live call's intent (the profile's
+        /// own instructions, then the transcript).
+        #[arg(long, value_enum, default_value_t = super::bench_analysis::SetLayout::Files)]
         layout: super::bench_analysis::SetLayout,
         /// Skip the labelled set.
         #[arg(long)]
@@ -145,7 +149,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             requests,
             concurrency,
         } => gateway(config, requests, concurrency),
-        BenchCommand::Llm { runs } => llm(config, runs),
+        BenchCommand::Llm { runs, context } => llm(config, runs, context),
         BenchCommand::Analysis {
             set,
             text,
@@ -628,11 +632,14 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// `bench llm`: time to first delta and tokens per second of the configured provider.
-pub fn llm(config: &Config, runs: usize) -> anyhow::Result<()> {
+pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<()> {
     use callstream::llm::{Generation, Message, Role, Sampling};
     let runtime = tokio::runtime::Runtime::new()?;
     let provider = callstream::llm::build_provider(config)?;
-    println!("{}: {runs} runs, 128 new tokens each", provider.name());
+    println!(
+        "{}: {runs} runs, 128 new tokens each, about {context} tokens of context",
+        provider.name()
+    );
     println!("run  prompt tok  TTFD ms  prompt tok/s  gen tok/s");
     runtime.block_on(async {
         for run in 0..runs {
@@ -645,7 +652,14 @@ pub fn llm(config: &Config, runs: usize) -> anyhow::Result<()> {
                     ),
                     Message::new(
                         Role::User,
-                        "Explain in detail how a customer can track an order, step by step.",
+                        // Each run's own opening, so that nothing is reused from the last run;
+                        // a line of call transcript is about 16 tokens.
+                        format!(
+                            "Run {run}. Earlier in the call:\n{}Explain in detail how a customer \
+                             can track an order, step by step.",
+                            "Customer: I ordered a desk last week and it has not arrived yet.\n"
+                                .repeat(context / 16)
+                        ),
                     ),
                 ],
                 tools: Vec::new(),

@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use callstream::config::Config;
-use callstream::llm::profiles::{analyse_checked, messages, Analysis, Layout, ProfileKind};
+use callstream::llm::profiles::{
+    analyse_checked, messages, Analysis, Layout, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
+};
 use callstream::llm::Provider;
 use callstream::llm::{Generation, Sampling};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
@@ -47,17 +49,19 @@ pub struct Options {
 /// How `bench analysis` prompts the labelled set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SetLayout {
-    /// As the service does: each profile's instructions, then the transcript.
-    Service,
-    /// The transcript first, then each profile's instructions.
-    TranscriptFirst,
+    /// As the service prompts a file's analyses: every profile's instructions and examples,
+    /// the transcript, then the task.
+    Files,
+    /// As the service prompts a live call's intent: the profile's own instructions and
+    /// examples, then the transcript.
+    Live,
 }
 
 impl From<SetLayout> for Layout {
     fn from(layout: SetLayout) -> Self {
         match layout {
-            SetLayout::Service => Layout::InstructionsFirst,
-            SetLayout::TranscriptFirst => Layout::TranscriptFirst,
+            SetLayout::Files => FILE_LAYOUT,
+            SetLayout::Live => LIVE_LAYOUT,
         }
     }
 }
@@ -292,8 +296,8 @@ fn quality(
             "transcribed recordings"
         },
         match options.layout {
-            Layout::TranscriptFirst => "transcript, then instructions",
-            Layout::InstructionsFirst => "instructions, then transcript",
+            Layout::Shared => "every profile's instructions, the transcript, then the task",
+            LIVE_LAYOUT => "the profile's instructions, then the transcript",
         }
     );
     let (mut intent_right, mut intent_top3) = (0, 0);
@@ -437,16 +441,10 @@ fn speed(
     let other = "Customer: Hi, I'd like to know what time your branch opens on Saturday.\n\
                  Agent: It opens at nine.\n";
     runtime.block_on(async {
-        let _ = run(
-            provider,
-            ProfileKind::Intent,
-            Layout::InstructionsFirst,
-            other,
-        )
-        .await?;
+        let _ = run(provider, ProfileKind::Intent, FILE_LAYOUT, other).await?;
         let mut total = 0.0;
-        for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
-            let t = run(provider, kind, Layout::InstructionsFirst, &transcript).await?;
+        for kind in ProfileKind::ALL {
+            let t = run(provider, kind, FILE_LAYOUT, &transcript).await?;
             total += t.secs;
             println!(
                 "  {kind:?}: {:.1} s ({} prompt tokens, {} generated)",
@@ -476,28 +474,17 @@ fn speed(
         };
         for &at in &options.live_at {
             let (utterances, text) = upto("", at as f64);
-            let every_minute = run(
-                provider,
-                ProfileKind::Intent,
-                Layout::InstructionsFirst,
-                &text,
-            )
-            .await?
-            .secs;
-            run(
-                provider,
-                ProfileKind::Intent,
-                Layout::InstructionsFirst,
-                other,
-            )
-            .await?;
+            let every_minute = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &text)
+                .await?
+                .secs;
+            run(provider, ProfileKind::Intent, LIVE_LAYOUT, other).await?;
             // What the intent actor hands over as lines arrive, evaluated as the model does
             // for a warm-up: the prompt only.
             let (_, before) = upto(greeting, at as f64 - LAG_S);
             provider
                 .generate(
                     Generation {
-                        messages: messages(ProfileKind::Intent, Layout::InstructionsFirst, &before),
+                        messages: messages(ProfileKind::Intent, LIVE_LAYOUT, &before),
                         tools: Vec::new(),
                         sampling: Sampling {
                             max_tokens: 0,
@@ -508,22 +495,11 @@ fn speed(
                     None,
                 )
                 .await?;
-            run(
-                provider,
-                ProfileKind::Intent,
-                Layout::InstructionsFirst,
-                other,
-            )
-            .await?;
+            run(provider, ProfileKind::Intent, LIVE_LAYOUT, other).await?;
             let (_, now) = upto(greeting, at as f64);
-            let warm = run(
-                provider,
-                ProfileKind::Intent,
-                Layout::InstructionsFirst,
-                &now,
-            )
-            .await?
-            .secs;
+            let warm = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &now)
+                .await?
+                .secs;
             println!(
                 "  {at:>4}  {utterances:>10}  {:>5}  {every_minute:>16.2} s  {warm:>7.2} s",
                 text.split_whitespace().count(),

@@ -56,6 +56,9 @@ pub struct EmbeddedConfig {
     pub queue: usize,
     /// Snapshots of evaluated prompts kept besides the context's own.
     pub prefix_cache_entries: usize,
+    /// llama.cpp's fused attention kernel; off, attention runs as separate matrix products,
+    /// which on two AVX2 cores generates about 25% faster (README, Measured).
+    pub flash_attention: bool,
     /// Memory the snapshots may take, bytes.
     pub prefix_cache_bytes: usize,
 }
@@ -241,6 +244,8 @@ fn worker(
         .with_n_batch(PROMPT_CHUNK as u32)
         .with_n_threads(config.threads as i32)
         .with_n_threads_batch(config.threads as i32);
+    // llama.cpp's own values of `llama_flash_attn_type`.
+    let params = params.with_flash_attention_policy(i32::from(config.flash_attention));
     let mut ctx = match model.new_context(&backend, params) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -286,6 +291,10 @@ fn worker(
             None => match result {
                 Err(LlmError::Cancelled { .. }) => {
                     tracing::debug!("a warm-up yielded to a request");
+                }
+                // A live call longer than the window: its analyses shorten the transcript.
+                Err(e @ LlmError::ContextOverflow { .. }) => {
+                    tracing::debug!(error = %e, "a warm-up does not fit the window");
                 }
                 Err(e) => tracing::warn!(error = %e, "warming the model up failed"),
                 Ok(_) => {
@@ -423,7 +432,14 @@ fn generate(
     let vocab = model.vocab();
     let tokens = vocab.tokenize(prompt.as_bytes(), true, true);
     let limit = ctx.n_ctx() as usize;
-    if tokens.len() + 1 >= limit {
+    // A structured answer cut short by the window would not parse: it needs room for all of
+    // `max_tokens`. Other answers may stop at the window's end (finish reason `length`).
+    let room = if generation.json_schema.is_some() {
+        generation.sampling.max_tokens as usize
+    } else {
+        1
+    };
+    if tokens.len() + room.max(1) >= limit {
         return Err(LlmError::ContextOverflow {
             prompt: tokens.len(),
             limit,

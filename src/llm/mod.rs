@@ -251,11 +251,15 @@ pub fn build_provider(
                     context_tokens: llm.context_tokens,
                     queue: llm.queue,
                     prefix_cache_entries: llm.prefix_cache_entries,
+                    flash_attention: llm.flash_attention,
                     prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
                 },
             )?;
-            // Every analysis starts with the same system prompt: evaluate it now.
-            model.warm(profiles::warm_up_messages());
+            // Analyses start with the same instructions (one prompt for a live call's intent,
+            // one for a file's analyses): evaluate them now.
+            for messages in profiles::warm_ups() {
+                model.warm(messages);
+            }
             std::sync::Arc::new(model)
         }
         LlmProviderKind::Upstream => {

@@ -163,19 +163,7 @@ pub async fn analyse_checked(
             quotes: Quotes::default(),
         });
     }
-    let profile = profile(kind);
-    let generation = Generation {
-        messages: messages(kind, layout, transcript),
-        tools: Vec::new(),
-        sampling: Sampling {
-            // Enough for the longest record the schema allows (its strings are bounded).
-            max_tokens: 2048,
-            temperature: 0.0,
-            ..Sampling::default()
-        },
-        json_schema: Some(profile.schema.clone()),
-    };
-    let completion = provider.generate(generation, None).await?;
+    let completion = generate_fitted(provider, kind, layout, transcript).await?;
     let mut value: Value = serde_json::from_str(completion.text.trim()).map_err(|e| {
         let tail: String = completion
             .text
@@ -203,33 +191,188 @@ pub async fn analyse_checked(
     })
 }
 
+/// Most tokens an analysis may answer with: room for the longest record the schemas allow in
+/// ordinary text (an answer cut short would not parse). The same for every profile, so that
+/// the three analyses of a long transcript leave out the same lines of it.
+const ANSWER_TOKENS: u32 = 1280;
+
+/// Characters per token of English text, for a first guess at how much of a transcript to
+/// leave out (the model then counts again).
+const CHARS_PER_TOKEN: usize = 4;
+
+/// Times a transcript is shortened to fit the model's window before the analysis gives up.
+const FIT_ATTEMPTS: usize = 4;
+
+/// Asks the model for analysis `kind` of `transcript`. A transcript too long for the model's
+/// window, with room for the answer, is shortened from its middle (the opening, where callers
+/// say why they call, and the end, where they agree on next steps, are kept) until it fits.
+async fn generate_fitted(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    layout: Layout,
+    transcript: &str,
+) -> Result<super::Completion, LlmError> {
+    let mut fitted = std::borrow::Cow::Borrowed(transcript);
+    let mut attempts = 0;
+    loop {
+        let generation = Generation {
+            messages: messages(kind, layout, &fitted),
+            tools: Vec::new(),
+            sampling: Sampling {
+                max_tokens: ANSWER_TOKENS,
+                temperature: 0.0,
+                ..Sampling::default()
+            },
+            json_schema: Some(profile(kind).schema.clone()),
+        };
+        match provider.generate(generation, None).await {
+            Err(LlmError::ContextOverflow { prompt, limit }) if attempts < FIT_ATTEMPTS => {
+                attempts += 1;
+                // Whole steps of 256 tokens: the three analyses' prompts differ by a few
+                // tokens, and should still leave out the same lines.
+                let excess = (prompt + ANSWER_TOKENS as usize)
+                    .saturating_sub(limit)
+                    .max(1)
+                    .div_ceil(256)
+                    * 256;
+                match leave_out_middle(&fitted, excess * CHARS_PER_TOKEN) {
+                    Some(shorter) => {
+                        tracing::debug!(
+                            ?kind,
+                            prompt,
+                            limit,
+                            chars = shorter.len(),
+                            "transcript shortened to fit the model's window"
+                        );
+                        fitted = std::borrow::Cow::Owned(shorter);
+                    }
+                    None => return Err(LlmError::ContextOverflow { prompt, limit }),
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `transcript` without at least `chars` characters of whole lines from its middle, which a
+/// line saying how many were left out replaces; `None` when that would leave out everything.
+fn leave_out_middle(transcript: &str, chars: usize) -> Option<String> {
+    let lines: Vec<&str> = transcript.lines().collect();
+    let marker = |n: usize| format!("[{n} lines of the conversation left out]");
+    // An earlier cut's marker is removed with the lines around it and counted again.
+    let earlier = |l: &str| l.starts_with('[') && l.ends_with("left out]");
+    let carried: usize = lines
+        .iter()
+        .filter(|l| earlier(l))
+        .filter_map(|l| l[1..].split_whitespace().next()?.parse::<usize>().ok())
+        .sum();
+    let (mut lo, mut hi) = (lines.len() / 2, lines.len() / 2);
+    if let Some(at) = lines.iter().position(|l| earlier(l)) {
+        (lo, hi) = (at, at + 1);
+    }
+    let size = |range: &[&str]| range.iter().map(|l| l.len() + 1).sum::<usize>();
+    while size(&lines[lo..hi]) < chars + marker(0).len() {
+        // Take from the longer side, so the opening and the end stay about as long.
+        if lo > 0 && (hi == lines.len() || size(&lines[..lo]) >= size(&lines[hi..])) {
+            lo -= 1;
+        } else if hi < lines.len() {
+            hi += 1;
+        } else {
+            break;
+        }
+    }
+    if lo == 0 && hi == lines.len() {
+        return None;
+    }
+    let left_out = hi - lo - usize::from(lines[lo..hi].iter().any(|l| earlier(l))) + carried;
+    let mut out = String::with_capacity(transcript.len());
+    for line in &lines[..lo] {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(&marker(left_out));
+    out.push('\n');
+    for line in &lines[hi..] {
+        out.push_str(line);
+        out.push('\n');
+    }
+    Some(out)
+}
+
 /// Where a prompt puts the transcript: what the model can keep evaluated between requests
 /// depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
-    /// The profile's instructions, then the transcript. A transcript that grows (a live call)
-    /// only adds tokens at the end, so each analysis evaluates only the new lines.
+    /// The profile's instructions and worked examples, then the transcript. A transcript that
+    /// grows (a live call) only adds tokens at the end, so each analysis evaluates only the new
+    /// lines. The layout of a live call's intent analyses ([`LIVE_LAYOUT`]).
     InstructionsFirst,
-    /// A short system prompt every profile shares, the transcript, then the profile's
-    /// instructions. Several analyses of one transcript evaluate it once and each adds only its
-    /// instructions. Measured (`callstream bench analysis --layout transcript-first`), not used
-    /// by the service: the 0.5B no longer finds anything in the transcript this way.
-    TranscriptFirst,
+    /// The instructions and worked examples of all three profiles, the transcript, then the
+    /// name of the task. Everything but the last few tokens is the same for the three analyses
+    /// of one transcript, so the transcript is evaluated once for all of them, and what comes
+    /// before it is the same for every transcript. The layout of `POST /api/transcribe`'s
+    /// analyses ([`FILE_LAYOUT`]).
+    Shared,
 }
 
-/// The system prompt of [`Layout::TranscriptFirst`].
-const SHARED_SYSTEM: &str = "You analyse contact-center conversations. The user gives you a \
-transcript, then a task about it. Answer only with JSON.";
+/// How an uploaded file's analyses are prompted.
+pub const FILE_LAYOUT: Layout = Layout::Shared;
 
-/// The conversation that asks for analysis `kind` of `transcript`. With the instructions
-/// first, the profile's worked examples come between them and the transcript, as earlier
-/// turns: everything before the transcript is the same for every request of the profile.
+/// How a live call's intent analyses are prompted: only the intent profile's instructions
+/// come before the transcript, so the prompt a call keeps between its analyses stays short.
+pub const LIVE_LAYOUT: Layout = Layout::InstructionsFirst;
+
+impl ProfileKind {
+    /// All profiles, in the order of [`Layout::Shared`]'s instructions.
+    pub const ALL: [ProfileKind; 3] = [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP];
+
+    /// The task's name in [`Layout::Shared`] prompts (the response field it fills).
+    pub fn task(self) -> &'static str {
+        match self {
+            ProfileKind::Intent => "intent",
+            ProfileKind::Bant => "bant",
+            ProfileKind::NeatP => "neat_p",
+        }
+    }
+}
+
+/// The system prompt of [`Layout::Shared`]: every profile's instructions under its task name.
+fn shared_instructions() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let mut text = String::from(
+            "You analyse contact-center call and chat transcripts. Each user message is a \
+             transcript followed by one task: intent, bant or neat_p. Do that task alone, as its \
+             section below says, and answer only with its JSON.",
+        );
+        for kind in ProfileKind::ALL {
+            text.push_str("\n\n# Task: ");
+            text.push_str(kind.task());
+            text.push_str("\n\n");
+            text.push_str(profile(kind).prompt.trim_end());
+        }
+        text
+    })
+}
+
+/// The last user message of a [`Layout::Shared`] prompt: the transcript, then the task.
+fn shared_request(kind: ProfileKind, transcript: &str) -> String {
+    format!(
+        "Transcript:\n{}\n\nTask: {}",
+        transcript.trim_end(),
+        kind.task()
+    )
+}
+
+/// The conversation that asks for analysis `kind` of `transcript`. The worked examples come
+/// between the instructions and the transcript, as earlier turns: with
+/// [`Layout::InstructionsFirst`] everything before the transcript is the same for every
+/// request of the profile, with [`Layout::Shared`] for every request of any profile.
 pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Message> {
     let profile = profile(kind);
-    let prompt = profile.prompt;
     match layout {
         Layout::InstructionsFirst => {
-            let mut messages = vec![Message::new(Role::System, prompt)];
+            let mut messages = vec![Message::new(Role::System, profile.prompt)];
             for example in &profile.examples {
                 messages.push(Message::new(
                     Role::User,
@@ -243,20 +386,30 @@ pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Mess
             ));
             messages
         }
-        Layout::TranscriptFirst => vec![
-            Message::new(Role::System, SHARED_SYSTEM),
-            Message::new(
-                Role::User,
-                format!("Transcript:\n{transcript}\n\nTask, about the transcript above:\n{prompt}"),
-            ),
-        ],
+        Layout::Shared => {
+            let mut messages = vec![Message::new(Role::System, shared_instructions())];
+            for shown in ProfileKind::ALL {
+                for example in &self::profile(shown).examples {
+                    messages.push(Message::new(
+                        Role::User,
+                        shared_request(shown, &example.transcript),
+                    ));
+                    messages.push(Message::new(Role::Assistant, example.answer.to_string()));
+                }
+            }
+            messages.push(Message::new(Role::User, shared_request(kind, transcript)));
+            messages
+        }
     }
 }
 
-/// The start every live intent analysis shares, for warming a model up: the intent prompt
-/// and the transcript's heading.
-pub fn warm_up_messages() -> Vec<Message> {
-    messages(ProfileKind::Intent, Layout::InstructionsFirst, "")
+/// The starts that analyses share, for warming a model up: the live intent prompt up to the
+/// transcript, and the file analyses' prompt up to the transcript.
+pub fn warm_ups() -> [Vec<Message>; 2] {
+    [
+        messages(ProfileKind::Intent, LIVE_LAYOUT, ""),
+        messages(ProfileKind::Intent, FILE_LAYOUT, ""),
+    ]
 }
 
 /// Evidence quotes of a record: how many the model gave and how many of them occur verbatim
@@ -434,13 +587,20 @@ impl IntentClassifier for LlmIntent {
             analyse(
                 provider.as_ref(),
                 ProfileKind::Intent,
-                Layout::InstructionsFirst,
+                LIVE_LAYOUT,
                 &transcript,
             )
             .await
             .map(|(value, _usage)| value)
             .map_err(|e| e.to_string())
         })
+    }
+
+    /// The call's intent prompt so far, for the model to evaluate while it is idle: the next
+    /// `classify` of this call then evaluates only what was said since.
+    fn prefill(&self, transcript: String) {
+        self.provider
+            .prefill(messages(ProfileKind::Intent, LIVE_LAYOUT, &transcript));
     }
 }
 
@@ -470,10 +630,9 @@ mod tests {
     async fn a_transcript_without_speech_gets_the_fixed_record_without_the_model() {
         for transcript in ["", "\n", "Customer: \nAgent:  \n"] {
             for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
-                let (record, usage) =
-                    analyse(&Untouchable, kind, Layout::TranscriptFirst, transcript)
-                        .await
-                        .unwrap();
+                let (record, usage) = analyse(&Untouchable, kind, Layout::Shared, transcript)
+                    .await
+                    .unwrap();
                 assert_eq!(record, no_speech_record(kind));
                 assert_eq!(usage, Usage::default());
             }
@@ -642,6 +801,108 @@ mod tests {
             "Agent: hello",
         );
         assert_eq!(m[..m.len() - 1], other[..other.len() - 1]);
+    }
+
+    #[test]
+    fn the_shared_layout_differs_only_in_its_last_words() {
+        let transcript = "Customer: I want to cancel.\nAgent: Sorry to hear that.\n";
+        let prompts: Vec<Vec<Message>> = ProfileKind::ALL
+            .iter()
+            .map(|&kind| messages(kind, Layout::Shared, transcript))
+            .collect();
+        let examples: usize = ProfileKind::ALL
+            .iter()
+            .map(|&k| profile(k).examples.len())
+            .sum();
+        for (kind, m) in ProfileKind::ALL.iter().zip(&prompts) {
+            assert_eq!(m.len(), 2 + 2 * examples);
+            // Every profile's instructions, each under its task's name.
+            for shown in ProfileKind::ALL {
+                assert!(m[0].content.contains(profile(shown).prompt.trim_end()));
+                assert!(m[0]
+                    .content
+                    .contains(&format!("# Task: {}\n", shown.task())));
+            }
+            let last = &m.last().unwrap().content;
+            assert_eq!(
+                last,
+                &format!(
+                    "Transcript:\nCustomer: I want to cancel.\nAgent: Sorry to hear that.\n\n\
+                     Task: {}",
+                    kind.task()
+                )
+            );
+        }
+        // All but the last message are the same for the three tasks and for any transcript;
+        // the last ones differ only after "Task: ".
+        let other = messages(ProfileKind::Bant, Layout::Shared, "Agent: hello");
+        for m in &prompts {
+            assert_eq!(m[..m.len() - 1], prompts[0][..m.len() - 1]);
+            assert_eq!(m[..m.len() - 1], other[..other.len() - 1]);
+            let (a, b) = (
+                &m.last().unwrap().content,
+                &prompts[0].last().unwrap().content,
+            );
+            let shared = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+            assert!(shared >= a.rfind("Task: ").unwrap() + "Task: ".len());
+        }
+        // Each example is asked with its own task and answered in that task's shape.
+        let bant = &prompts[0][2 * profile(ProfileKind::Intent).examples.len() + 1..];
+        assert!(bant[0].content.ends_with("Task: bant"));
+        assert!(bant[1].content.starts_with("{\"budget\""));
+    }
+
+    #[test]
+    fn long_transcripts_lose_their_middle_lines() {
+        let lines: Vec<String> = (0..100)
+            .map(|i| {
+                format!(
+                    "{}: line number {i:03}",
+                    if i % 2 == 0 { "Customer" } else { "Agent" }
+                )
+            })
+            .collect();
+        let transcript = lines.join("\n") + "\n";
+        // About a quarter of it goes, from the middle, and a line says how much.
+        let shorter = leave_out_middle(&transcript, transcript.len() / 4).unwrap();
+        assert!(
+            shorter.len() <= transcript.len() * 3 / 4 + 64,
+            "{}",
+            shorter.len()
+        );
+        let kept: Vec<&str> = shorter.lines().collect();
+        assert_eq!(kept[0], lines[0]);
+        assert_eq!(*kept.last().unwrap(), lines[99]);
+        let marker = kept.iter().position(|l| l.starts_with('[')).unwrap();
+        let left_out = 100 - (kept.len() - 1);
+        assert_eq!(
+            kept[marker],
+            format!("[{left_out} lines of the conversation left out]")
+        );
+        assert!(left_out >= 25);
+        // The opening and the end stay about as long.
+        assert!((marker as isize - (kept.len() - 1 - marker) as isize).abs() <= 2);
+        // Every kept line is whole and in order.
+        let mut from = 0;
+        for line in kept.iter().filter(|l| !l.starts_with('[')) {
+            let at = lines[from..].iter().position(|l| l == line).unwrap();
+            from += at + 1;
+        }
+        // Cutting again widens the same gap and counts the lines left out in all.
+        let again = leave_out_middle(&shorter, shorter.len() / 2).unwrap();
+        let kept_again: Vec<&str> = again.lines().collect();
+        assert_eq!(kept_again.iter().filter(|l| l.starts_with('[')).count(), 1);
+        let marker = kept_again.iter().find(|l| l.starts_with('[')).unwrap();
+        assert_eq!(
+            *marker,
+            format!(
+                "[{} lines of the conversation left out]",
+                100 - (kept_again.len() - 1)
+            )
+        );
+        assert_eq!(kept_again[0], lines[0]);
+        // Nothing would be left: no transcript.
+        assert_eq!(leave_out_middle("Customer: hello\n", 1_000), None);
     }
 
     #[test]
