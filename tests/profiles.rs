@@ -31,8 +31,8 @@ fn model() -> EmbeddedLlm {
             context_tokens: 8192,
             queue: 4,
             prefix_cache_entries: 4,
-            flash_attention: false,
             prefix_cache_bytes: 256 << 20,
+            flash_attention: false,
         },
     )
     .unwrap()

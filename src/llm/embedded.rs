@@ -56,11 +56,11 @@ pub struct EmbeddedConfig {
     pub queue: usize,
     /// Snapshots of evaluated prompts kept besides the context's own.
     pub prefix_cache_entries: usize,
+    /// Memory the snapshots may take, bytes.
+    pub prefix_cache_bytes: usize,
     /// llama.cpp's fused attention kernel; off, attention runs as separate matrix products,
     /// which on two AVX2 cores generates about 25% faster (README, Measured).
     pub flash_attention: bool,
-    /// Memory the snapshots may take, bytes.
-    pub prefix_cache_bytes: usize,
 }
 
 struct Job {

@@ -251,8 +251,8 @@ pub fn build_provider(
                     context_tokens: llm.context_tokens,
                     queue: llm.queue,
                     prefix_cache_entries: llm.prefix_cache_entries,
-                    flash_attention: llm.flash_attention,
                     prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
+                    flash_attention: llm.flash_attention,
                 },
             )?;
             // Analyses start with the same instructions (one prompt for a live call's intent,

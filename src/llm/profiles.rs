@@ -1,13 +1,17 @@
 //! Analysis profiles: intent, BANT and NEAT-P. Each is a prompt, a JSON schema and worked
-//! examples (files in `src/llm/profiles/`): the prompt is the system message, the examples
-//! earlier user/assistant turns, the transcript the last user message. The model's output is
-//! constrained by the schema (a grammar on the embedded model, `response_format` upstream), so
-//! it always parses. Evidence quotes are then looked up in the transcript: those whose words
-//! were not said there are dropped, and a status left without evidence steps down.
+//! examples (files in `src/llm/profiles/`): the prompt goes in the system message, the examples
+//! are earlier user/assistant turns, and the transcript is the last user message ([`Layout`]: a
+//! file's three analyses share one prompt that names the task at its end; a live call's intent
+//! has the intent profile's alone). The model's output is constrained by the schema (a grammar
+//! on the embedded model, `response_format` upstream), so it always parses. Evidence quotes are
+//! then looked up in the transcript: those whose words were not said there are dropped, and a
+//! status left without evidence steps down. A transcript too long for the model's window loses
+//! lines from its middle.
 //!
-//! The embedded model keeps evaluated prompts for reuse (`embedded::PrefixCache`): a profile's
-//! instructions and examples are evaluated once, and on a live call each `analyze` evaluates
-//! only the part of the transcript that is new since the call's last analysis.
+//! The embedded model keeps evaluated prompts for reuse (`embedded::PrefixCache`): the
+//! instructions and examples are evaluated once, a file's transcript once for its three
+//! analyses, and on a live call each `analyze` evaluates only the part of the transcript that
+//! is new since the call's last analysis or prefill.
 
 use std::sync::{Arc, OnceLock};
 

@@ -73,9 +73,11 @@ impl Env {
             ),
             // Several test servers share two cores.
             ("CALLSTREAM_LLM__THREADS".to_owned(), "1".to_owned()),
+            // The service's window: a file's analyses need the files prompt (about 3,200
+            // tokens), the transcript and room for the answer (1,280).
             (
                 "CALLSTREAM_LLM__CONTEXT_TOKENS".to_owned(),
-                "4096".to_owned(),
+                "8192".to_owned(),
             ),
             // The tests' MCP servers listen on loopback, which is refused by default.
             (
