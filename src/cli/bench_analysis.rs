@@ -297,7 +297,7 @@ fn quality(
         },
         match options.layout {
             Layout::Shared => "every profile's instructions, the transcript, then the task",
-            LIVE_LAYOUT => "the profile's instructions, then the transcript",
+            Layout::InstructionsFirst => "the profile's instructions, then the transcript",
         }
     );
     let (mut intent_right, mut intent_top3) = (0, 0);

@@ -263,32 +263,40 @@ async fn generate_fitted(
 fn leave_out_middle(transcript: &str, chars: usize) -> Option<String> {
     let lines: Vec<&str> = transcript.lines().collect();
     let marker = |n: usize| format!("[{n} lines of the conversation left out]");
-    // An earlier cut's marker is removed with the lines around it and counted again.
-    let earlier = |l: &str| l.starts_with('[') && l.ends_with("left out]");
-    let carried: usize = lines
+    // An earlier cut's marker is where the gap widens from; its count is carried over.
+    let earlier = lines
         .iter()
-        .filter(|l| earlier(l))
-        .filter_map(|l| l[1..].split_whitespace().next()?.parse::<usize>().ok())
-        .sum();
-    let (mut lo, mut hi) = (lines.len() / 2, lines.len() / 2);
-    if let Some(at) = lines.iter().position(|l| earlier(l)) {
-        (lo, hi) = (at, at + 1);
-    }
-    let size = |range: &[&str]| range.iter().map(|l| l.len() + 1).sum::<usize>();
-    while size(&lines[lo..hi]) < chars + marker(0).len() {
+        .position(|l| l.starts_with('[') && l.ends_with("left out]"));
+    let carried: usize = earlier
+        .and_then(|at| lines[at][1..].split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let n = lines.len();
+    let (mut lo, mut hi) = earlier.map_or((n / 2, n / 2), |at| (at, at + 1));
+    let size = |l: &str| l.len() + 1;
+    let (mut before, mut after): (usize, usize) = (
+        lines[..lo].iter().map(|l| size(l)).sum(),
+        lines[hi..].iter().map(|l| size(l)).sum(),
+    );
+    let mut removed: usize = lines[lo..hi].iter().map(|l| size(l)).sum();
+    let wanted = chars + marker(0).len();
+    while removed < wanted {
         // Take from the longer side, so the opening and the end stay about as long.
-        if lo > 0 && (hi == lines.len() || size(&lines[..lo]) >= size(&lines[hi..])) {
+        if lo > 0 && (hi == n || before >= after) {
             lo -= 1;
-        } else if hi < lines.len() {
+            before -= size(lines[lo]);
+            removed += size(lines[lo]);
+        } else if hi < n {
+            after -= size(lines[hi]);
+            removed += size(lines[hi]);
             hi += 1;
         } else {
             break;
         }
     }
-    if lo == 0 && hi == lines.len() {
+    if lo == 0 && hi == n {
         return None;
     }
-    let left_out = hi - lo - usize::from(lines[lo..hi].iter().any(|l| earlier(l))) + carried;
+    let left_out = hi - lo - usize::from(earlier.is_some()) + carried;
     let mut out = String::with_capacity(transcript.len());
     for line in &lines[..lo] {
         out.push_str(line);
