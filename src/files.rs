@@ -75,6 +75,16 @@ pub struct FileEngines {
     pub llm: Option<Arc<dyn Provider>>,
 }
 
+/// The speaker label of the selling side among a file's channel roles: the role named `agent`
+/// (any case), whose words are not evidence of the buyer's qualification. None when no
+/// channel is the agent's.
+pub fn seller_label(channel_roles: &[String]) -> Option<String> {
+    channel_roles
+        .iter()
+        .find(|role| role.trim().eq_ignore_ascii_case("agent"))
+        .map(|role| speaker_label(role))
+}
+
 /// Who pays for a file: its length is reserved against their quota before the work and
 /// billed after (the reservation records the usage).
 pub struct Payer {
@@ -382,7 +392,10 @@ pub async fn transcribe(
         );
         // One prompt for the three analyses but its last words: the transcript is evaluated
         // once, and the model keeps it for the next analysis.
-        let run = |kind| analyse(llm.as_ref(), kind, FILE_LAYOUT, &spoken);
+        let seller = (channels > 1)
+            .then(|| seller_label(&engines.channel_roles))
+            .flatten();
+        let run = |kind| analyse(llm.as_ref(), kind, FILE_LAYOUT, &spoken, seller.as_deref());
         if analyses.intent {
             intent = Some(run(ProfileKind::Intent).await?.0);
         }
@@ -427,4 +440,24 @@ pub async fn transcribe(
         bant,
         neat_p,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seller_label;
+
+    #[test]
+    fn the_seller_is_the_agent_channel_if_there_is_one() {
+        let roles = |r: &[&str]| r.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            seller_label(&roles(&["customer", "agent"])).as_deref(),
+            Some("Agent")
+        );
+        assert_eq!(
+            seller_label(&roles(&["AGENT", "caller"])).as_deref(),
+            Some("AGENT")
+        );
+        assert_eq!(seller_label(&roles(&["caller", "rep"])), None);
+        assert_eq!(seller_label(&[]), None);
+    }
 }

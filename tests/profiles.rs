@@ -114,7 +114,7 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
         "{TRANSCRIPT}\n{filler}Agent: So I will send the proposal on Friday.\n\
          Customer: Good, we need it before our contract ends in March.\n"
     );
-    let (bant, usage) = analyse(llm, ProfileKind::Bant, LIVE_LAYOUT, &long)
+    let (bant, usage) = analyse(llm, ProfileKind::Bant, LIVE_LAYOUT, &long, Some("Agent"))
         .await
         .unwrap();
     println!(
@@ -178,7 +178,7 @@ async fn a_warm_up_yields_to_a_request(llm: &EmbeddedLlm) {
 }
 
 async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
-    let (intent, usage) = analyse(llm, ProfileKind::Intent, FILE_LAYOUT, TRANSCRIPT)
+    let (intent, usage) = analyse(llm, ProfileKind::Intent, FILE_LAYOUT, TRANSCRIPT, None)
         .await
         .unwrap();
     println!("intent {intent}");
@@ -198,9 +198,15 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
     }
     assert!(intent["reasoning"].is_string());
 
-    let (bant, _) = analyse(llm, ProfileKind::Bant, FILE_LAYOUT, TRANSCRIPT)
-        .await
-        .unwrap();
+    let (bant, _) = analyse(
+        llm,
+        ProfileKind::Bant,
+        FILE_LAYOUT,
+        TRANSCRIPT,
+        Some("Agent"),
+    )
+    .await
+    .unwrap();
     println!("bant {bant}");
     check_quotes(&bant, &["budget", "authority", "need", "timeline"]);
     assert_eq!(
@@ -215,9 +221,15 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .sum();
     assert!(quotes >= 1, "some evidence survives verification");
 
-    let (neat, _) = analyse(llm, ProfileKind::NeatP, FILE_LAYOUT, TRANSCRIPT)
-        .await
-        .unwrap();
+    let (neat, _) = analyse(
+        llm,
+        ProfileKind::NeatP,
+        FILE_LAYOUT,
+        TRANSCRIPT,
+        Some("Agent"),
+    )
+    .await
+    .unwrap();
     println!("neat_p {neat}");
     check_quotes(
         &neat,
@@ -239,7 +251,9 @@ async fn evaluated_for(
     transcript: &str,
 ) -> (u64, u64) {
     let before = llm.prompt_stats();
-    let (_, usage) = analyse(llm, kind, layout, transcript).await.unwrap();
+    let (_, usage) = analyse(llm, kind, layout, transcript, Some("Agent"))
+        .await
+        .unwrap();
     let after = llm.prompt_stats();
     assert_eq!(
         after.evaluated - before.evaluated + after.reused - before.reused,

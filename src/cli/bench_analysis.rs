@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use callstream::config::Config;
+use callstream::files::seller_label;
 use callstream::llm::profiles::{
     analyse_checked, messages, Analysis, Layout, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
 };
@@ -190,9 +191,10 @@ async fn run(
     kind: ProfileKind,
     layout: Layout,
     transcript: &str,
+    seller: Option<&str>,
 ) -> anyhow::Result<Timed> {
     let started = Instant::now();
-    let analysis = analyse_checked(provider, kind, layout, transcript).await?;
+    let analysis = analyse_checked(provider, kind, layout, transcript, seller).await?;
     Ok(Timed {
         analysis,
         secs: started.elapsed().as_secs_f64(),
@@ -300,6 +302,8 @@ fn quality(
             Layout::InstructionsFirst => "the profile's instructions, then the transcript",
         }
     );
+    // As the service analyses a file (the written dialogues use the default roles' labels).
+    let seller = seller_label(&config.transcribe.channel_roles);
     let (mut intent_right, mut intent_top3) = (0, 0);
     let (mut bant, mut neat_p) = (Tally::default(), Tally::default());
     let mut times: Vec<(ProfileKind, f64)> = Vec::new();
@@ -321,6 +325,7 @@ fn quality(
             ProfileKind::Intent,
             options.layout,
             &transcript,
+            None,
         ))?;
         times.push((ProfileKind::Intent, intent.secs));
         let labels: Vec<&str> = intent.analysis.record["intents"]
@@ -352,6 +357,7 @@ fn quality(
                 ProfileKind::Bant,
                 options.layout,
                 &transcript,
+                seller.as_deref(),
             ))?;
             times.push((ProfileKind::Bant, b.secs));
             bant.add(&call.id, &call.bant, &b.analysis);
@@ -362,6 +368,7 @@ fn quality(
                 ProfileKind::NeatP,
                 options.layout,
                 &transcript,
+                seller.as_deref(),
             ))?;
             times.push((ProfileKind::NeatP, p.secs));
             neat_p.add(&call.id, &call.neat_p, &p.analysis);
@@ -423,6 +430,7 @@ fn speed(
     long: &Path,
     options: &Options,
 ) -> anyhow::Result<()> {
+    let seller = seller_label(&config.transcribe.channel_roles);
     let channels = load_audio(long, options.repeat)?;
     let minutes = channels
         .first()
@@ -441,10 +449,10 @@ fn speed(
     let other = "Customer: Hi, I'd like to know what time your branch opens on Saturday.\n\
                  Agent: It opens at nine.\n";
     runtime.block_on(async {
-        let _ = run(provider, ProfileKind::Intent, FILE_LAYOUT, other).await?;
+        let _ = run(provider, ProfileKind::Intent, FILE_LAYOUT, other, None).await?;
         let mut total = 0.0;
         for kind in ProfileKind::ALL {
-            let t = run(provider, kind, FILE_LAYOUT, &transcript).await?;
+            let t = run(provider, kind, FILE_LAYOUT, &transcript, seller.as_deref()).await?;
             total += t.secs;
             println!(
                 "  {kind:?}: {:.1} s ({} prompt tokens, {} generated)",
@@ -474,10 +482,10 @@ fn speed(
         };
         for &at in &options.live_at {
             let (utterances, text) = upto("", at as f64);
-            let every_minute = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &text)
+            let every_minute = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &text, None)
                 .await?
                 .secs;
-            run(provider, ProfileKind::Intent, LIVE_LAYOUT, other).await?;
+            run(provider, ProfileKind::Intent, LIVE_LAYOUT, other, None).await?;
             // What the intent actor hands over as lines arrive, evaluated as the model does
             // for a warm-up: the prompt only.
             let (_, before) = upto(greeting, at as f64 - LAG_S);
@@ -495,9 +503,9 @@ fn speed(
                     None,
                 )
                 .await?;
-            run(provider, ProfileKind::Intent, LIVE_LAYOUT, other).await?;
+            run(provider, ProfileKind::Intent, LIVE_LAYOUT, other, None).await?;
             let (_, now) = upto(greeting, at as f64);
-            let warm = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &now)
+            let warm = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &now, None)
                 .await?
                 .secs;
             println!(

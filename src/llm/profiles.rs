@@ -138,13 +138,18 @@ pub fn no_speech_record(kind: ProfileKind) -> Value {
 /// Runs a profile over `transcript` (one line per utterance, `Speaker: text`). A transcript
 /// in which nobody said anything gets [`no_speech_record`] without asking the model, which
 /// would otherwise invent an answer.
+///
+/// `seller` is the speaker label of the selling side (the agent), if the transcript has one:
+/// what they say is not evidence of the buyer's budget, authority, need, timeline, economic
+/// impact or priority (see [`verify_evidence`]).
 pub async fn analyse(
     provider: &dyn Provider,
     kind: ProfileKind,
     layout: Layout,
     transcript: &str,
+    seller: Option<&str>,
 ) -> Result<(Value, Usage), LlmError> {
-    analyse_checked(provider, kind, layout, transcript)
+    analyse_checked(provider, kind, layout, transcript, seller)
         .await
         .map(|a| (a.record, a.usage))
 }
@@ -155,6 +160,7 @@ pub async fn analyse_checked(
     kind: ProfileKind,
     layout: Layout,
     transcript: &str,
+    seller: Option<&str>,
 ) -> Result<Analysis, LlmError> {
     let spoken = transcript.lines().any(|l| {
         l.split_once(": ")
@@ -186,7 +192,7 @@ pub async fn analyse_checked(
     let quotes = if kind == ProfileKind::Intent {
         Quotes::default()
     } else {
-        verify_evidence(&mut value, transcript)
+        verify_evidence(&mut value, transcript, seller)
     };
     Ok(Analysis {
         record: value,
@@ -515,16 +521,25 @@ fn find_quote<'a>(quote: &str, spoken: &[SpokenLine<'a>]) -> Option<&'a str> {
 
 /// Keeps only evidence quotes that were said in `transcript` (its lines read `Speaker: text`):
 /// the same words in the same order within one speaker's line, case and punctuation aside (a
-/// speaker label at the start of a quote is not part of it). Each kept quote is written as the
+/// speaker label at the start of a quote is not part of it). Lines of the `seller` (a speaker
+/// label, any case) do not count: the agent's pitch, prices and offers say nothing of what
+/// the buyer has, needs or decides. Each kept quote is written as the
 /// transcript has it, so it is a substring of the transcript. A status must rest on what was
 /// said: a criterion marked identified that is left with no evidence becomes partial, one
 /// marked partial with no evidence becomes not_found, and a not_found one has no summary or
 /// evidence. Confidences are clamped to 0..1. Returns how many quotes there were and how many
 /// were kept.
-pub fn verify_evidence(record: &mut Value, transcript: &str) -> Quotes {
+pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str>) -> Quotes {
     let labels = speaker_labels(transcript);
+    let by_seller = |line: &str| {
+        seller.is_some_and(|seller| {
+            line.split_once(": ")
+                .is_some_and(|(who, _)| who.trim().eq_ignore_ascii_case(seller))
+        })
+    };
     let spoken: Vec<SpokenLine> = transcript
         .lines()
+        .filter(|l| !by_seller(l))
         .map(|l| {
             let said = strip_label(l, &labels);
             (said, words(said))
@@ -601,6 +616,7 @@ impl IntentClassifier for LlmIntent {
                 ProfileKind::Intent,
                 LIVE_LAYOUT,
                 &transcript,
+                None,
             )
             .await
             .map(|(value, _usage)| value)
@@ -642,7 +658,7 @@ mod tests {
     async fn a_transcript_without_speech_gets_the_fixed_record_without_the_model() {
         for transcript in ["", "\n", "Customer: \nAgent:  \n"] {
             for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
-                let (record, usage) = analyse(&Untouchable, kind, Layout::Shared, transcript)
+                let (record, usage) = analyse(&Untouchable, kind, Layout::Shared, transcript, None)
                     .await
                     .unwrap();
                 assert_eq!(record, no_speech_record(kind));
@@ -673,6 +689,7 @@ mod tests {
             ProfileKind::Intent,
             Layout::InstructionsFirst,
             "Customer: hello\n",
+            None,
         )
         .await
         .is_err());
@@ -774,7 +791,7 @@ mod tests {
                 assert!(errors.is_empty(), "{errors:#?}");
                 if kind != ProfileKind::Intent {
                     let mut checked = example.answer.clone();
-                    let quotes = verify_evidence(&mut checked, &example.transcript);
+                    let quotes = verify_evidence(&mut checked, &example.transcript, Some("Agent"));
                     assert_eq!(quotes.given, quotes.verbatim, "{kind:?}[{i}] quotes");
                     assert_eq!(checked, example.answer, "{kind:?}[{i}]");
                 }
@@ -934,7 +951,7 @@ mod tests {
             "need": {"status": "partial", "summary": "a quarter", "confidence": 0.5,
                      "evidence": ["maybe next quarter we'll see"]}
         });
-        let quotes = verify_evidence(&mut record, transcript);
+        let quotes = verify_evidence(&mut record, transcript, None);
         assert_eq!(
             quotes,
             Quotes {
@@ -969,5 +986,49 @@ mod tests {
         for quote in record["budget"]["evidence"].as_array().unwrap() {
             assert!(transcript.contains(quote.as_str().unwrap()));
         }
+    }
+
+    #[test]
+    fn what_the_seller_says_is_not_evidence() {
+        let transcript = "Agent: Our plan costs five hundred a month and we can install next week.
+                          Customer: That works, we install next week.
+                          Customer: I run the office.
+";
+        let record = serde_json::json!({
+            "budget": {"status": "identified", "summary": "500 a month", "confidence": 0.9,
+                       "evidence": ["Our plan costs five hundred a month"]},
+            "timeline": {"status": "identified", "summary": "next week", "confidence": 0.9,
+                         "evidence": ["we can install next week", "we install next week"]},
+            "authority": {"status": "partial", "summary": "runs the office", "confidence": 0.5,
+                          "evidence": ["I run the office."]}
+        });
+        let mut checked = record.clone();
+        let quotes = verify_evidence(&mut checked, transcript, Some("agent"));
+        assert_eq!(
+            quotes,
+            Quotes {
+                given: 4,
+                verbatim: 2
+            }
+        );
+        // The agent's price is not the buyer's budget: without other evidence it steps down.
+        assert_eq!(checked["budget"]["status"], "partial");
+        assert_eq!(checked["budget"]["evidence"], serde_json::json!([]));
+        // The customer's words stand, wherever the agent said the same.
+        assert_eq!(checked["timeline"]["status"], "identified");
+        assert_eq!(
+            checked["timeline"]["evidence"],
+            serde_json::json!(["we install next week"])
+        );
+        assert_eq!(checked["authority"], record["authority"]);
+        // Without a seller every speaker's words count.
+        let mut all = record.clone();
+        assert_eq!(
+            verify_evidence(&mut all, transcript, None),
+            Quotes {
+                given: 4,
+                verbatim: 4
+            }
+        );
     }
 }
