@@ -1018,7 +1018,7 @@ mod tests {
         assert_eq!(checked["timeline"]["status"], "identified");
         assert_eq!(
             checked["timeline"]["evidence"],
-            serde_json::json!(["we install next week"])
+            serde_json::json!(["we install next week."])
         );
         assert_eq!(checked["authority"], record["authority"]);
         // Without a seller every speaker's words count.
