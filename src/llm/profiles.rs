@@ -990,10 +990,10 @@ mod tests {
 
     #[test]
     fn what_the_seller_says_is_not_evidence() {
-        let transcript = "Agent: Our plan costs five hundred a month and we can install next week.
-                          Customer: That works, we install next week.
-                          Customer: I run the office.
-";
+        let transcript =
+            "Agent: Our plan costs five hundred a month and we can install next week.\n\
+                          Customer: That works, we install next week.\n\
+                          Customer: I run the office.\n";
         let record = serde_json::json!({
             "budget": {"status": "identified", "summary": "500 a month", "confidence": 0.9,
                        "evidence": ["Our plan costs five hundred a month"]},
