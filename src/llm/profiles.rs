@@ -476,12 +476,18 @@ fn words(s: &str) -> Vec<(usize, usize, String)> {
     out
 }
 
+/// Who says `line` (`Speaker: text`), before any check that it is a label.
+fn speaker_of(line: &str) -> Option<&str> {
+    line.split_once(": ").map(|(who, _)| who.trim())
+}
+
 /// The speaker labels of a transcript whose lines read `Speaker: text`.
 fn speaker_labels(transcript: &str) -> Vec<String> {
     let mut labels: Vec<String> = transcript
         .lines()
-        .filter_map(|l| l.split_once(": ").map(|(who, _)| who.trim().to_owned()))
+        .filter_map(speaker_of)
         .filter(|who| !who.is_empty() && who.len() <= 32 && who.split_whitespace().count() <= 3)
+        .map(str::to_owned)
         .collect();
     labels.sort();
     labels.dedup();
@@ -533,8 +539,7 @@ pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str
     let labels = speaker_labels(transcript);
     let by_seller = |line: &str| {
         seller.is_some_and(|seller| {
-            line.split_once(": ")
-                .is_some_and(|(who, _)| who.trim().eq_ignore_ascii_case(seller))
+            speaker_of(line).is_some_and(|who| who.eq_ignore_ascii_case(seller))
         })
     };
     let spoken: Vec<SpokenLine> = transcript
