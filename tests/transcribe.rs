@@ -5,6 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use callstream::llm::profiles::{profile, ProfileKind};
 use common::upstream::{FakeUpstream, Reply};
 use common::Env;
 use serde_json::Value;
@@ -102,6 +103,19 @@ async fn every_format_transcribes_and_bills_its_duration() {
         (used - billed).abs() < 0.01,
         "billed {used} s, durations add up to {billed} s"
     );
+    // The upstream provider is asked for the intent as a JSON schema, in the files layout
+    // (the transcript, then the task's name).
+    let intent_schema = &profile(ProfileKind::Intent).schema;
+    let seen = fake.seen();
+    assert_eq!(seen.len(), files.len());
+    for request in seen {
+        let format = &request.body["response_format"];
+        assert_eq!(format["type"], "json_schema", "{format}");
+        assert_eq!(&format["json_schema"]["schema"], intent_schema);
+        let messages = request.body["messages"].as_array().unwrap();
+        let last = messages.last().unwrap()["content"].as_str().unwrap();
+        assert!(last.ends_with("Task: intent"), "{last}");
+    }
 }
 
 /// A language is named by its code or by a BCP-47 tag; the response shows it as sent, and the
