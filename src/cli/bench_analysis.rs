@@ -208,6 +208,7 @@ struct Tally {
     total: usize,
     quotes_given: usize,
     quotes_verbatim: usize,
+    quotes_aligned: usize,
     /// Fields labelled identified that came back identified with a quote.
     identified_quoted: usize,
     identified: usize,
@@ -220,6 +221,7 @@ impl Tally {
     fn add(&mut self, call: &str, expected: &[(String, String)], analysis: &Analysis) {
         self.quotes_given += analysis.quotes.given;
         self.quotes_verbatim += analysis.quotes.verbatim;
+        self.quotes_aligned += analysis.quotes.aligned;
         for (field, status) in expected {
             let got = &analysis.record[field];
             let got_status = got["status"].as_str().unwrap_or("?");
@@ -404,12 +406,13 @@ fn quality(
             t.absent
         );
     }
-    let (given, verbatim) = (
+    let (given, verbatim, aligned) = (
         bant.quotes_given + neat_p.quotes_given,
         bant.quotes_verbatim + neat_p.quotes_verbatim,
+        bant.quotes_aligned + neat_p.quotes_aligned,
     );
     println!(
-        "evidence verbatim     {verbatim}/{given} ({:.1}%)",
+        "evidence verbatim     {verbatim}/{given} ({:.1}%); near quotes aligned to what was said {aligned}",
         pct(verbatim, given)
     );
     println!(

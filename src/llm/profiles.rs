@@ -189,6 +189,7 @@ pub async fn analyse_checked(
             completion.finish
         ))
     })?;
+    tracing::debug!(?kind, answer = %completion.text.trim(), "analysis answered");
     let quotes = if kind == ProfileKind::Intent {
         Quotes::default()
     } else {
@@ -430,14 +431,18 @@ pub fn warm_ups() -> [Vec<Message>; 2] {
     ]
 }
 
-/// Evidence quotes of a record: how many the model gave and how many of them occur verbatim
-/// in the transcript (the others are dropped).
+/// Evidence quotes of a record: how many the model gave, how many of them occur verbatim in
+/// the transcript, and how many more were near-verbatim and replaced by the words said (the
+/// others are dropped).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Quotes {
     /// Quotes the model gave.
     pub given: usize,
     /// Of those, quotes found in the transcript.
     pub verbatim: usize,
+    /// Of those, quotes not found as given but aligned to what was said (see
+    /// [`verify_evidence`]).
+    pub aligned: usize,
 }
 
 /// The result of one analysis.
@@ -513,28 +518,113 @@ type SpokenLine<'a> = (&'a str, Vec<(usize, usize, String)>);
 
 /// Where `quote` was said: the same words in the same order within one line of `spoken`
 /// (case and punctuation aside), as the transcript has them.
-fn find_quote<'a>(quote: &str, spoken: &[SpokenLine<'a>]) -> Option<&'a str> {
-    let wanted: Vec<String> = words(quote).into_iter().map(|(_, _, k)| k).collect();
+fn find_quote<'a>(wanted: &[String], spoken: &[SpokenLine<'a>]) -> Option<&'a str> {
     if wanted.is_empty() {
         return None;
     }
     spoken.iter().find_map(|(line, have)| {
         have.windows(wanted.len())
-            .find(|w| w.iter().zip(&wanted).all(|(h, k)| h.2 == *k))
+            .find(|w| w.iter().zip(wanted).all(|(h, k)| h.2 == *k))
             .map(|w| &line[w[0].0..w[w.len() - 1].1])
     })
 }
 
+/// Fewest words a quote needs before a near miss is aligned; shorter quotes must be exact.
+const ALIGN_MIN_WORDS: usize = 5;
+/// Longest quote that is aligned (the alignment costs its length times the transcript's).
+const ALIGN_MAX_WORDS: usize = 64;
+
+/// The best local alignment of `quote` in `line` (words as [`words`] keys them): how many
+/// words match, and the first and last matched word of each, as
+/// `(matched, (quote_first, quote_last), (line_first, line_last))`. Scores a match +2 and a
+/// substitution, insertion or deletion -1 (Smith-Waterman), so the alignment is a compact
+/// stretch where most words agree, and one slip between matches does not cut it.
+fn align_words(
+    quote: &[String],
+    line: &[(usize, usize, String)],
+) -> Option<(usize, (usize, usize), (usize, usize))> {
+    let (n, m) = (quote.len(), line.len());
+    let width = m + 1;
+    let mut score = vec![0i32; (n + 1) * width];
+    let mut best = (0, 0, 0);
+    for i in 1..=n {
+        for j in 1..=m {
+            let same = quote[i - 1] == line[j - 1].2;
+            let diagonal = score[(i - 1) * width + j - 1] + if same { 2 } else { -1 };
+            let up = score[(i - 1) * width + j] - 1;
+            let left = score[i * width + j - 1] - 1;
+            let s = diagonal.max(up).max(left).max(0);
+            score[i * width + j] = s;
+            if s > best.0 {
+                best = (s, i, j);
+            }
+        }
+    }
+    let (_, mut i, mut j) = best;
+    if i == 0 {
+        return None;
+    }
+    let (last_q, last_l) = (i - 1, j - 1);
+    let (mut first_q, mut first_l, mut matched) = (last_q, last_l, 0);
+    while i > 0 && j > 0 && score[i * width + j] > 0 {
+        let s = score[i * width + j];
+        let same = quote[i - 1] == line[j - 1].2;
+        if same && s == score[(i - 1) * width + j - 1] + 2 {
+            matched += 1;
+            (first_q, first_l) = (i - 1, j - 1);
+            (i, j) = (i - 1, j - 1);
+        } else if !same && s == score[(i - 1) * width + j - 1] - 1 {
+            (i, j) = (i - 1, j - 1);
+        } else if s == score[(i - 1) * width + j] - 1 {
+            i -= 1;
+        } else {
+            j -= 1;
+        }
+    }
+    Some((matched, (first_q, last_q), (first_l, last_l)))
+}
+
+/// The words of one line of `spoken` that `quote` nearly repeats, as the transcript has them:
+/// a model often changes a word of what it quotes ("we sign off" for "I sign off"), and a
+/// transcript heard by the speech engine has its own slips. The quote must have at least
+/// [`ALIGN_MIN_WORDS`] words, and at most one word in five may differ, be missing or be
+/// added, all within one line: quote words before the first or after the last match stand
+/// for the line's words next to them, so a quote that runs past either end of the line does
+/// not align.
+fn align_quote<'a>(wanted: &[String], spoken: &[SpokenLine<'a>]) -> Option<&'a str> {
+    let n = wanted.len();
+    if !(ALIGN_MIN_WORDS..=ALIGN_MAX_WORDS).contains(&n) {
+        return None;
+    }
+    let slack = n / 5;
+    spoken
+        .iter()
+        .filter_map(|(line, have)| {
+            let (matched, (q0, q1), (l0, l1)) = align_words(wanted, have)?;
+            let (before, after) = (q0, n - 1 - q1);
+            if before > l0 || l1 + after >= have.len() {
+                return None;
+            }
+            let (from, to) = (l0 - before, l1 + after);
+            let span = to - from + 1;
+            (matched + slack >= n && span <= n + slack && span + slack >= n)
+                .then(|| (matched, &line[have[from].0..have[to].1]))
+        })
+        .max_by_key(|(matched, _)| *matched)
+        .map(|(_, said)| said)
+}
+
 /// Keeps only evidence quotes that were said in `transcript` (its lines read `Speaker: text`):
 /// the same words in the same order within one speaker's line, case and punctuation aside (a
-/// speaker label at the start of a quote is not part of it). Lines of the `seller` (a speaker
-/// label, any case) do not count: the agent's pitch, prices and offers say nothing of what
-/// the buyer has, needs or decides. Each kept quote is written as the
+/// speaker label at the start of a quote is not part of it), or, for a quote of five words
+/// or more, nearly the same words within one line (see [`align_quote`]). Lines of the
+/// `seller` (a speaker label, any case) do not count: the agent's pitch, prices and offers
+/// say nothing of what the buyer has, needs or decides. Each kept quote is written as the
 /// transcript has it, so it is a substring of the transcript. A status must rest on what was
 /// said: a criterion marked identified that is left with no evidence becomes partial, one
 /// marked partial with no evidence becomes not_found, and a not_found one has no summary or
 /// evidence. Confidences are clamped to 0..1. Returns how many quotes there were and how many
-/// were kept.
+/// were kept, as given or aligned.
 pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str>) -> Quotes {
     let labels = speaker_labels(transcript);
     let by_seller = |line: &str| {
@@ -564,14 +654,27 @@ pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str
                 let quote = quote
                     .trim()
                     .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'));
-                if let Some(said) = find_quote(strip_label(quote, &labels), &spoken) {
-                    if !kept.iter().any(|k| k.as_str() == Some(said)) {
-                        kept.push(Value::from(said));
+                let wanted: Vec<String> = words(strip_label(quote, &labels))
+                    .into_iter()
+                    .map(|(_, _, key)| key)
+                    .collect();
+                let (said, exact) = match find_quote(&wanted, &spoken) {
+                    Some(said) => (said, true),
+                    None => match align_quote(&wanted, &spoken) {
+                        Some(said) => (said, false),
+                        None => continue,
+                    },
+                };
+                if !kept.iter().any(|k| k.as_str() == Some(said)) {
+                    kept.push(Value::from(said));
+                    if exact {
+                        quotes.verbatim += 1;
+                    } else {
+                        quotes.aligned += 1;
                     }
                 }
             }
             quotes.given += given.len();
-            quotes.verbatim += kept.len();
             *given = kept;
         }
         let no_evidence = c
@@ -961,7 +1064,8 @@ mod tests {
             quotes,
             Quotes {
                 given: 9,
-                verbatim: 4
+                verbatim: 4,
+                aligned: 0
             }
         );
         // Case, punctuation and white space aside, the words must be said in that order within
@@ -1009,11 +1113,14 @@ mod tests {
         });
         let mut checked = record.clone();
         let quotes = verify_evidence(&mut checked, transcript, Some("agent"));
+        // The agent's "we can install next week" is nearly what the customer said, so it is
+        // kept as the customer said it, once.
         assert_eq!(
             quotes,
             Quotes {
                 given: 4,
-                verbatim: 2
+                verbatim: 1,
+                aligned: 1
             }
         );
         // The agent's price is not the buyer's budget: without other evidence it steps down.
@@ -1032,8 +1139,67 @@ mod tests {
             verify_evidence(&mut all, transcript, None),
             Quotes {
                 given: 4,
-                verbatim: 4
+                verbatim: 4,
+                aligned: 0
             }
         );
+    }
+
+    #[test]
+    fn a_near_quote_is_replaced_by_the_words_said() {
+        let transcript = "Agent: Who decides on purchases?\n\
+                          Customer: I'm the operations director, and I sign off purchases up to \
+                          fifty thousand dollars myself.\n\
+                          Customer: we need it running before april because the contract ends\n";
+        let mut record = serde_json::json!({
+            "authority": {"status": "identified", "summary": "signs off", "confidence": 0.9,
+                          // One word changed.
+                          "evidence": ["We sign off purchases up to fifty thousand dollars myself.",
+                                       // Three words of ten changed: too far.
+                                       "We sign off orders up to fifty thousand pounds myself."]},
+            "timeline": {"status": "identified", "summary": "April", "confidence": 0.9,
+                         // One word left out, one added.
+                         "evidence": ["We need it running before April, because the old contract ends.",
+                                      // Runs on past the end of the line.
+                                      "running before april because the contract ends next month"]},
+            "budget": {"status": "identified", "summary": "50k", "confidence": 0.9,
+                       // Short quotes must be exact.
+                       "evidence": ["fifty thousand pounds", "five hundred thousand"]},
+            "need": {"status": "partial", "summary": "", "confidence": 0.5,
+                     // Half from one line, half from the next: not said.
+                     "evidence": ["fifty thousand dollars myself we need it running"]}
+        });
+        let quotes = verify_evidence(&mut record, transcript, Some("Agent"));
+        assert_eq!(
+            quotes,
+            Quotes {
+                given: 7,
+                verbatim: 0,
+                aligned: 2
+            }
+        );
+        assert_eq!(
+            record["authority"]["evidence"],
+            serde_json::json!(["I sign off purchases up to fifty thousand dollars myself."])
+        );
+        assert_eq!(record["authority"]["status"], "identified");
+        assert_eq!(
+            record["timeline"]["evidence"],
+            serde_json::json!(["we need it running before april because the contract ends"])
+        );
+        assert_eq!(record["budget"]["status"], "partial");
+        assert_eq!(record["need"]["status"], "not_found");
+        for field in ["authority", "timeline"] {
+            for quote in record[field]["evidence"].as_array().unwrap() {
+                assert!(transcript.contains(quote.as_str().unwrap()));
+            }
+        }
+        // A near quote of the agent's line is not evidence either.
+        let mut record = serde_json::json!({
+            "need": {"status": "identified", "summary": "", "confidence": 0.9,
+                     "evidence": ["Who decides on all purchases?"]}
+        });
+        verify_evidence(&mut record, transcript, Some("Agent"));
+        assert_eq!(record["need"]["status"], "partial");
     }
 }
