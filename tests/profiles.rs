@@ -78,6 +78,7 @@ async fn analyses_on_the_embedded_model() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     intent_bant_and_neat_p_parse_and_quote_verbatim(&llm).await;
+    the_model_tells_how_sure_it_is_of_each_status(&llm).await;
     evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
     a_warm_up_yields_to_a_request(&llm).await;
     a_transcript_longer_than_the_window_is_analysed_without_its_middle(&llm).await;
@@ -98,6 +99,7 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
                     ..Default::default()
                 },
                 json_schema: Some(serde_json::json!({"type": "object"})),
+                odds: None,
             },
             None,
         )
@@ -163,6 +165,7 @@ async fn a_warm_up_yields_to_a_request(llm: &EmbeddedLlm) {
                     ..Default::default()
                 },
                 json_schema: None,
+                odds: None,
             },
             None,
         )
@@ -243,6 +246,60 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
     );
 }
 
+/// Asked for odds, the model gives, at every point the answer writes a status, a probability
+/// for each status, summing to one over what the schema allows.
+async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
+    use callstream::llm::{Generation, Message, Odds, Role, Sampling};
+    let statuses = ["identified", "partial", "not_found"];
+    let field = serde_json::json!({
+        "type": "object",
+        "properties": {"status": {"type": "string", "enum": statuses}},
+        "required": ["status"],
+        "additionalProperties": false
+    });
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"budget": field, "timeline": field},
+        "required": ["budget", "timeline"],
+        "additionalProperties": false
+    });
+    let answer = llm
+        .generate(
+            Generation {
+                messages: vec![Message::new(
+                    Role::User,
+                    "Customer: We have ten thousand dollars for this.\n\
+                     For budget and timeline, is each identified, partial or not_found? JSON.",
+                )],
+                tools: Vec::new(),
+                sampling: Sampling {
+                    max_tokens: 64,
+                    temperature: 0.0,
+                    ..Default::default()
+                },
+                json_schema: Some(schema),
+                odds: Some(Odds {
+                    after: "\"status\":\"".into(),
+                    words: statuses.iter().map(|s| s.to_string()).collect(),
+                }),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    println!("{} {:?}", answer.text, answer.odds);
+    let record: serde_json::Value = serde_json::from_str(&answer.text).unwrap();
+    assert_eq!(answer.odds.len(), 2, "one point per field");
+    for (name, p) in ["budget", "timeline"].iter().zip(&answer.odds) {
+        assert_eq!(p.len(), 3);
+        let sum: f32 = p.iter().sum();
+        assert!((0.99..=1.01).contains(&sum), "{name}: {p:?}");
+        let chosen = record[name]["status"].as_str().unwrap();
+        let i = statuses.iter().position(|s| *s == chosen).unwrap();
+        assert!(p[i] > 0.0, "{name}: {chosen} has no weight in {p:?}");
+    }
+}
+
 /// Prompt tokens the model evaluated for one analysis (the rest it reused), and the prompt's.
 async fn evaluated_for(
     llm: &EmbeddedLlm,
@@ -314,6 +371,7 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
             ..Default::default()
         },
         json_schema: None,
+        odds: None,
     };
     llm.generate(chat, None).await.unwrap();
     let new_bytes = (later.len() - early.len()) as u64;

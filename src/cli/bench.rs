@@ -669,6 +669,7 @@ pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<()> {
                     ..Sampling::default()
                 },
                 json_schema: None,
+                odds: None,
             };
             let started = Instant::now();
             let first = tokio::spawn(async move {

@@ -215,6 +215,9 @@ struct Tally {
     /// Fields labelled not_found that came back with a status other than not_found.
     invented: usize,
     absent: usize,
+    /// Fields that came back identified or partial, by the model's confidence in tenths:
+    /// how many were labelled present (identified or partial) and how many absent.
+    reported: std::collections::BTreeMap<u32, (usize, usize)>,
 }
 
 impl Tally {
@@ -244,7 +247,33 @@ impl Tally {
                     self.invented += 1;
                 }
             }
+            if matches!(got_status, "identified" | "partial") {
+                let tenths = (got["confidence"].as_f64().unwrap_or(0.0) * 10.0).round() as u32;
+                let bucket = self.reported.entry(tenths).or_default();
+                if status == "not_found" {
+                    bucket.1 += 1;
+                } else {
+                    bucket.0 += 1;
+                }
+            }
         }
+    }
+
+    /// The calibration line: for each confidence the model gave a reported field, how many
+    /// such fields were there and how many were absent ("0.8: 7/2").
+    fn calibration(&self) -> String {
+        self.reported
+            .iter()
+            .rev()
+            .map(|(tenths, (present, absent))| {
+                format!(
+                    "{:.1}: {}/{absent}",
+                    *tenths as f64 / 10.0,
+                    present + absent
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -406,6 +435,12 @@ fn quality(
             t.absent
         );
     }
+    for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
+        println!(
+            "{name:<6} fields reported (identified or partial) by confidence, all/absent: {}",
+            t.calibration()
+        );
+    }
     let (given, verbatim, aligned) = (
         bant.quotes_given + neat_p.quotes_given,
         bant.quotes_verbatim + neat_p.quotes_verbatim,
@@ -502,6 +537,7 @@ fn speed(
                             ..Sampling::default()
                         },
                         json_schema: None,
+                        odds: None,
                     },
                     None,
                 )

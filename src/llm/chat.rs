@@ -186,6 +186,7 @@ impl ChatService {
                             tools: tools.clone(),
                             sampling,
                             json_schema: None,
+                        odds: None,
                         },
                         deltas.clone(),
                     )

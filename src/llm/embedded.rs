@@ -33,6 +33,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::vocab::LlamaVocab;
 use tokio::sync::oneshot;
 
 use super::{
@@ -159,6 +160,7 @@ impl EmbeddedLlm {
                 ..super::Sampling::default()
             },
             json_schema: None,
+            odds: None,
         });
     }
 }
@@ -497,6 +499,10 @@ fn generate(
     let mut produced = 0usize;
     let mut finish = FinishReason::Length;
     let mut pos = tokens.len() as i32;
+    // The answer so far without its white space, and the odds taken in it, when odds are
+    // asked for.
+    let mut answer = String::new();
+    let mut odds = Vec::new();
     while produced < max_new {
         if abandoned() {
             return Err(spent(
@@ -507,6 +513,13 @@ fn generate(
                 produced,
             ));
         }
+        if let Some(wanted) = &generation.odds {
+            if !wanted.after.is_empty() && answer.ends_with(&wanted.after) {
+                if let Some(p) = picker.odds(ctx, batch.n_tokens() - 1, &vocab, &wanted.words) {
+                    odds.push(p);
+                }
+            }
+        }
         let token = picker.pick(ctx, batch.n_tokens() - 1);
         if vocab.is_eog(token) {
             finish = FinishReason::Stop;
@@ -515,6 +528,9 @@ fn generate(
         produced += 1;
         pending.extend(vocab.token_to_piece(token, false, None));
         let text = take_utf8(&mut pending);
+        if generation.odds.is_some() {
+            answer.extend(text.chars().filter(|c| !c.is_whitespace()));
+        }
         let (emit, stopped) = gate.push(&text);
         if !emit.is_empty() {
             if let Some(tx) = deltas {
@@ -547,6 +563,7 @@ fn generate(
     }
     Ok(Completion {
         text,
+        odds,
         tool_calls,
         usage: Usage {
             prompt_tokens: tokens.len() as u64,
@@ -604,6 +621,56 @@ impl Picker {
             chain.push(LlamaSampler::dist(seed));
         }
         Ok(Picker::Chain(LlamaSampler::chain_simple(chain)))
+    }
+
+    /// The probability the model gives each of `words` as what comes next, from the logits of
+    /// batch entry `idx`, normalised over the tokens the grammar allows there: a token counts
+    /// for a word when its text starts that word or the word starts it (`partial"`). Only under a grammar with greedy decoding
+    /// (the analyses' case); `None` otherwise.
+    fn odds(
+        &mut self,
+        ctx: &LlamaContext<'_>,
+        idx: i32,
+        vocab: &LlamaVocab,
+        words: &[String],
+    ) -> Option<Vec<f32>> {
+        let Picker::GreedyGrammar(grammar) = self else {
+            return None;
+        };
+        let mut all = ctx.token_data_array_ith(idx);
+        grammar.apply(&mut all);
+        let allowed: Vec<(LlamaToken, f32)> = all
+            .data
+            .iter()
+            .filter(|d| d.logit().is_finite())
+            .map(|d| (d.id(), d.logit()))
+            .collect();
+        let top = allowed
+            .iter()
+            .map(|a| a.1)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut mass = vec![0f32; words.len()];
+        let mut total = 0f32;
+        for (token, logit) in allowed {
+            let p = (logit - top).exp();
+            total += p;
+            let bytes: Vec<u8> = vocab
+                .token_to_piece(token, false, None)
+                .into_iter()
+                .collect();
+            let piece = String::from_utf8_lossy(&bytes);
+            if piece.is_empty() {
+                continue;
+            }
+            let piece: &str = piece.as_ref();
+            if let Some(i) = words
+                .iter()
+                .position(|w| w.starts_with(piece) || piece.starts_with(w.as_str()))
+            {
+                mass[i] += p;
+            }
+        }
+        (total > 0.0).then(|| mass.into_iter().map(|m| m / total).collect())
     }
 
     /// The token after the logits of batch entry `idx`, accepted by the samplers.

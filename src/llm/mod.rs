@@ -118,6 +118,20 @@ pub struct Generation {
     /// When set, the output must be JSON valid against this schema (grammar-constrained on
     /// the embedded model, `response_format` upstream).
     pub json_schema: Option<serde_json::Value>,
+    /// When set, the probabilities of a few words at given points of the answer (the
+    /// embedded model under a schema only; others leave [`Completion::odds`] empty).
+    pub odds: Option<Odds>,
+}
+
+/// Wherever the answer so far ends with `after` (white space aside: a JSON answer may be
+/// spaced out), how likely the model finds each of `words` as what comes next (normalised
+/// over what the grammar allows there), before it picks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Odds {
+    /// The text that marks a point (`"status":"`), without white space.
+    pub after: String,
+    /// The words weighed there, e.g. the values of an enum.
+    pub words: Vec<String>,
 }
 
 /// Token counts of a generation.
@@ -162,6 +176,9 @@ pub struct Completion {
     pub usage: Usage,
     /// Why it stopped.
     pub finish: FinishReason,
+    /// For each point [`Generation::odds`] marked, in the answer's order, the probability of
+    /// each of its words.
+    pub odds: Vec<Vec<f32>>,
 }
 
 /// Tokens a chat template adds around each message, at most (role markers, separators).

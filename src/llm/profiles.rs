@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use callstream_actors::call::{IntentClassifier, IntentFuture};
 use serde_json::Value;
 
-use super::{Generation, LlmError, Message, Provider, Role, Sampling, Usage};
+use super::{Generation, LlmError, Message, Odds, Provider, Role, Sampling, Usage};
 
 /// The analyses the service runs over transcripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -193,7 +193,9 @@ pub async fn analyse_checked(
     let quotes = if kind == ProfileKind::Intent {
         Quotes::default()
     } else {
-        verify_evidence(&mut value, transcript, seller)
+        let quotes = verify_evidence(&mut value, transcript, seller);
+        weigh_statuses(&mut value, &completion.odds);
+        quotes
     };
     Ok(Analysis {
         record: value,
@@ -206,6 +208,11 @@ pub async fn analyse_checked(
 /// ordinary text (an answer cut short would not parse). The same for every profile, so that
 /// the three analyses of a long transcript leave out the same lines of it.
 const ANSWER_TOKENS: u32 = 1280;
+
+/// The statuses of a BANT or NEAT-P field, in the schemas' order.
+const STATUSES: [&str; 3] = ["identified", "partial", "not_found"];
+/// Where the model is about to write a field's status in a BANT or NEAT-P answer.
+const STATUS_AT: &str = "\"status\":\"";
 
 /// Characters per token of English text, for a first guess at how much of a transcript to
 /// leave out (the model then counts again).
@@ -235,6 +242,10 @@ async fn generate_fitted(
                 ..Sampling::default()
             },
             json_schema: Some(profile(kind).schema.clone()),
+            odds: (kind != ProfileKind::Intent).then(|| Odds {
+                after: STATUS_AT.to_owned(),
+                words: STATUSES.iter().map(|s| s.to_string()).collect(),
+            }),
         };
         match provider.generate(generation, None).await {
             Err(LlmError::ContextOverflow { prompt, limit }) if attempts < FIT_ATTEMPTS => {
@@ -701,6 +712,31 @@ pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str
         }
     }
     quotes
+}
+
+/// Sets each field's confidence to the probability the model gave its status, when the model
+/// reported one per field (`odds`: for each field in the record's order, the probabilities of
+/// [`STATUSES`] where it wrote the status). A model's own "confidence" number copies what its
+/// examples show (0.9 identified, 0.6 partial); this one says how sure it was. A field whose
+/// status the evidence check stepped down gets the probability of the status it ended with.
+/// Left as it is when the counts differ (an upstream model, a status written otherwise).
+fn weigh_statuses(record: &mut Value, odds: &[Vec<f32>]) {
+    let Some(fields) = record.as_object_mut() else {
+        return;
+    };
+    if odds.len() != fields.len() || odds.iter().any(|p| p.len() != STATUSES.len()) {
+        return;
+    }
+    for (field, p) in fields.values_mut().zip(odds) {
+        let Some(f) = field.as_object_mut() else {
+            continue;
+        };
+        let status = f.get("status").and_then(Value::as_str).unwrap_or_default();
+        if let Some(i) = STATUSES.iter().position(|s| *s == status) {
+            let sure = (f64::from(p[i]).clamp(0.0, 1.0) * 100.0).round() / 100.0;
+            f.insert("confidence".into(), Value::from(sure));
+        }
+    }
 }
 
 /// The intent profile of the language model, as the engine's [`IntentClassifier`].
@@ -1201,5 +1237,36 @@ mod tests {
         });
         verify_evidence(&mut record, transcript, Some("Agent"));
         assert_eq!(record["need"]["status"], "partial");
+    }
+
+    #[test]
+    fn a_status_is_as_sure_as_the_model_was() {
+        let transcript = "Customer: We have ten thousand dollars for this.\n";
+        let mut record = serde_json::json!({
+            "budget": {"status": "identified", "summary": "10k", "confidence": 0.9,
+                       "evidence": ["We have ten thousand dollars for this."]},
+            "timeline": {"status": "identified", "summary": "soon", "confidence": 0.9,
+                         "evidence": ["next week"]},
+            "need": {"status": "not_found", "summary": "", "confidence": 0.8, "evidence": []}
+        });
+        verify_evidence(&mut record, transcript, None);
+        let odds = [
+            vec![0.7, 0.2, 0.1],
+            vec![0.5, 0.3, 0.2],
+            vec![0.004, 0.001, 0.995],
+        ];
+        let mut weighed = record.clone();
+        weigh_statuses(&mut weighed, &odds);
+        assert_eq!(weighed["budget"]["confidence"], 0.7);
+        // Stepped down for want of evidence: as sure as the model was of partial.
+        assert_eq!(weighed["timeline"]["status"], "partial");
+        assert_eq!(weighed["timeline"]["confidence"], 0.3);
+        assert_eq!(weighed["need"]["confidence"], 1.0);
+        // Odds that do not fit the record leave it as it is.
+        for unfit in [&odds[..2], &[vec![0.5, 0.5], vec![1.0], vec![1.0]][..]] {
+            let mut same = record.clone();
+            weigh_statuses(&mut same, unfit);
+            assert_eq!(same, record);
+        }
     }
 }

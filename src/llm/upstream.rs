@@ -257,6 +257,7 @@ impl Provider for UpstreamLlm {
             .ok_or_else(|| LlmError::Upstream("the provider reported no token usage".into()))?;
         Ok(Completion {
             text,
+            odds: Vec::new(),
             finish: if tool_calls.is_empty() {
                 finish.unwrap_or(FinishReason::Stop)
             } else {
