@@ -545,15 +545,18 @@ const ALIGN_MIN_WORDS: usize = 5;
 /// Longest quote that is aligned (the alignment costs its length times the transcript's).
 const ALIGN_MAX_WORDS: usize = 64;
 
-/// The best local alignment of `quote` in `line` (words as [`words`] keys them): how many
-/// words match, and the first and last matched word of each, as
-/// `(matched, (quote_first, quote_last), (line_first, line_last))`. Scores a match +2 and a
-/// substitution, insertion or deletion -1 (Smith-Waterman), so the alignment is a compact
-/// stretch where most words agree, and one slip between matches does not cut it.
-fn align_words(
-    quote: &[String],
-    line: &[(usize, usize, String)],
-) -> Option<(usize, (usize, usize), (usize, usize))> {
+/// Where a quote's words meet a line's: how many match, and the first and last matched word
+/// of each (indices into their word lists).
+struct Alignment {
+    matched: usize,
+    quote: (usize, usize),
+    line: (usize, usize),
+}
+
+/// The best local alignment of `quote` in `line` (words as [`words`] keys them). Scores a
+/// match +2 and a substitution, insertion or deletion -1 (Smith-Waterman), so the alignment
+/// is a compact stretch where most words agree, and one slip between matches does not cut it.
+fn align_words(quote: &[String], line: &[(usize, usize, String)]) -> Option<Alignment> {
     let (n, m) = (quote.len(), line.len());
     let width = m + 1;
     let mut score = vec![0i32; (n + 1) * width];
@@ -592,7 +595,11 @@ fn align_words(
             j -= 1;
         }
     }
-    Some((matched, (first_q, last_q), (first_l, last_l)))
+    Some(Alignment {
+        matched,
+        quote: (first_q, last_q),
+        line: (first_l, last_l),
+    })
 }
 
 /// The words of one line of `spoken` that `quote` nearly repeats, as the transcript has them:
@@ -611,7 +618,11 @@ fn align_quote<'a>(wanted: &[String], spoken: &[SpokenLine<'a>]) -> Option<&'a s
     spoken
         .iter()
         .filter_map(|(line, have)| {
-            let (matched, (q0, q1), (l0, l1)) = align_words(wanted, have)?;
+            let Alignment {
+                matched,
+                quote: (q0, q1),
+                line: (l0, l1),
+            } = align_words(wanted, have)?;
             let (before, after) = (q0, n - 1 - q1);
             if before > l0 || l1 + after >= have.len() {
                 return None;
