@@ -625,8 +625,8 @@ impl Picker {
 
     /// The probability the model gives each of `words` as what comes next, from the logits of
     /// batch entry `idx`, normalised over the tokens the grammar allows there: a token counts
-    /// for a word when its text starts that word or the word starts it (`partial"`). Only under a grammar with greedy decoding
-    /// (the analyses' case); `None` otherwise.
+    /// for a word when its text starts that word or the word starts it (`partial"`). Only
+    /// under a grammar with greedy decoding (the analyses' case); `None` otherwise.
     fn odds(
         &mut self,
         ctx: &LlamaContext<'_>,
