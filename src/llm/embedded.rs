@@ -654,15 +654,12 @@ impl Picker {
         for (token, logit) in allowed {
             let p = (logit - top).exp();
             total += p;
-            let bytes: Vec<u8> = vocab
-                .token_to_piece(token, false, None)
-                .into_iter()
-                .collect();
+            let bytes = vocab.token_to_piece(token, false, None);
             let piece = String::from_utf8_lossy(&bytes);
+            let piece: &str = piece.as_ref();
             if piece.is_empty() {
                 continue;
             }
-            let piece: &str = piece.as_ref();
             if let Some(i) = words
                 .iter()
                 .position(|w| w.starts_with(piece) || piece.starts_with(w.as_str()))
