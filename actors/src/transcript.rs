@@ -7,16 +7,36 @@ pub fn round3(x: f64) -> f64 {
 }
 
 /// The dialogue of `lines` (speaker, text), one `Speaker: text` line each, in the order given.
-/// Empty when there are no lines.
+/// A line that stops mid-sentence (it does not end with `.`, `?`, `!` or `…`, closing quotes
+/// aside) is continued by the same speaker's next line, joined with a space: the speech engine
+/// cuts a sentence where the speaker pauses, and a reader (or a model quoting it) sees the
+/// sentence whole. Empty when there are no lines.
 pub fn dialogue<'a>(lines: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut out = String::new();
+    let mut open: Option<&str> = None;
     for (speaker, text) in lines {
-        out.push_str(speaker);
-        out.push_str(": ");
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if open == Some(speaker) {
+            out.pop();
+            out.push(' ');
+        } else {
+            out.push_str(speaker);
+            out.push_str(": ");
+        }
         out.push_str(text);
         out.push('\n');
+        open = (!ends_sentence(text)).then_some(speaker);
     }
     out
+}
+
+/// `text` ends with a sentence's last mark, closing quotes and brackets aside.
+fn ends_sentence(text: &str) -> bool {
+    text.trim_end_matches(|c: char| c.is_whitespace() || "\"'”’»)]".contains(c))
+        .ends_with(['.', '?', '!', '…', '。', '？', '！'])
 }
 
 /// A speaker label with its first letter capitalised (`customer` -> `Customer`).
@@ -45,6 +65,36 @@ mod tests {
         assert_eq!(
             dialogue([("Customer", "hello"), ("Agent", "hi there")]),
             "Customer: hello\nAgent: hi there\n"
+        );
+    }
+
+    #[test]
+    fn a_sentence_cut_at_a_pause_is_read_whole() {
+        assert_eq!(
+            dialogue([
+                ("Customer", "We need it before April,"),
+                ("Customer", "because our contract ends"),
+                ("Customer", "in March."),
+                ("Customer", "It is our top priority."),
+                ("Agent", "Noted"),
+                ("Customer", "Thanks \"a lot.\""),
+                ("Agent", "bye"),
+            ]),
+            "Customer: We need it before April, because our contract ends in March.\n\
+             Customer: It is our top priority.\n\
+             Agent: Noted\n\
+             Customer: Thanks \"a lot.\"\n\
+             Agent: bye\n"
+        );
+        // Another speaker's line in between ends the sentence; blank lines are left out.
+        assert_eq!(
+            dialogue([
+                ("Customer", "so the"),
+                ("Agent", "yes"),
+                ("Customer", "  "),
+                ("Customer", "price")
+            ]),
+            "Customer: so the\nAgent: yes\nCustomer: price\n"
         );
     }
 
