@@ -8,7 +8,8 @@ use callstream::llm::embedded::{EmbeddedConfig, EmbeddedLlm};
 use std::sync::Arc;
 
 use callstream::llm::profiles::{
-    analyse, intent_labels, Layout, LlmIntent, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
+    analyse, analyse_checked, intent_labels, Layout, LlmIntent, ProfileKind, FILE_LAYOUT,
+    LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
 use callstream_actors::call::IntentClassifier;
@@ -216,6 +217,30 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         bant.as_object().unwrap().keys().collect::<Vec<_>>(),
         ["budget", "authority", "need", "timeline"]
     );
+    // Held to the transcript's sentences, the model quotes them as said: with every speaker
+    // counted, every quote it gives is kept word for word, none aligned.
+    let checked = analyse_checked(llm, ProfileKind::Bant, FILE_LAYOUT, TRANSCRIPT, None)
+        .await
+        .unwrap();
+    println!(
+        "bant, every speaker counted: {} {:?}",
+        checked.record, checked.quotes
+    );
+    assert!(checked.quotes.given >= 1, "{:?}", checked.quotes);
+    assert_eq!(checked.quotes.verbatim, checked.quotes.given);
+    assert_eq!(checked.quotes.aligned, 0);
+    let sentences: Vec<&str> = TRANSCRIPT
+        .lines()
+        .flat_map(|l| l.split_once(": ").unwrap().1.split_inclusive(". "))
+        .map(str::trim)
+        .collect();
+    for field in checked.record.as_object().unwrap().values() {
+        for quote in field["evidence"].as_array().unwrap() {
+            let quote = quote.as_str().unwrap();
+            assert!(sentences.contains(&quote), "{quote:?} is a whole sentence");
+        }
+    }
+
     let quotes: usize = bant
         .as_object()
         .unwrap()

@@ -193,6 +193,10 @@ impl Provider for EmbeddedLlm {
         &self.name
     }
 
+    fn keeps_to_any_schema(&self) -> bool {
+        true
+    }
+
     fn prefill(&self, messages: Vec<Message>) {
         self.warm(messages);
     }

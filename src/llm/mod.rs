@@ -304,6 +304,13 @@ pub trait Provider: Send + Sync {
     /// Short name for logs (`embedded:qwen2.5...`, `upstream:gpt-4o-mini`).
     fn name(&self) -> &str;
 
+    /// The answer keeps to [`Generation::json_schema`] token by token, whatever the schema's
+    /// size (a grammar on the embedded model), so a schema may list every quote the answer
+    /// may give. An upstream server may refuse or cut large schemas.
+    fn keeps_to_any_schema(&self) -> bool {
+        false
+    }
+
     /// Evaluates the prompt of `messages` ahead of a request expected to start the same way,
     /// when the model keeps evaluated prompts and has nothing else to do. Nothing for models
     /// that do not (an upstream server).

@@ -173,7 +173,7 @@ pub async fn analyse_checked(
             quotes: Quotes::default(),
         });
     }
-    let completion = generate_fitted(provider, kind, layout, transcript).await?;
+    let completion = generate_fitted(provider, kind, layout, transcript, seller).await?;
     let mut value: Value = serde_json::from_str(completion.text.trim()).map_err(|e| {
         let tail: String = completion
             .text
@@ -229,6 +229,7 @@ async fn generate_fitted(
     kind: ProfileKind,
     layout: Layout,
     transcript: &str,
+    seller: Option<&str>,
 ) -> Result<super::Completion, LlmError> {
     let mut fitted = std::borrow::Cow::Borrowed(transcript);
     let mut attempts = 0;
@@ -241,7 +242,17 @@ async fn generate_fitted(
                 temperature: 0.0,
                 ..Sampling::default()
             },
-            json_schema: Some(profile(kind).schema.clone()),
+            json_schema: Some(
+                if kind != ProfileKind::Intent && provider.keeps_to_any_schema() {
+                    quoting(
+                        &profile(kind).schema,
+                        &quotable(&fitted, seller),
+                        &quotable(&fitted, None),
+                    )
+                } else {
+                    profile(kind).schema.clone()
+                },
+            ),
             odds: (kind != ProfileKind::Intent).then(|| Odds {
                 after: STATUS_AT.to_owned(),
                 words: STATUSES.iter().map(|s| s.to_string()).collect(),
@@ -274,6 +285,146 @@ async fn generate_fitted(
             other => return other,
         }
     }
+}
+
+/// Longest evidence quote the schemas allow (`maxLength` of an evidence item).
+const QUOTE_CHARS: usize = 160;
+
+/// What a BANT or NEAT-P answer may quote of `transcript` (its lines read `Speaker: text`):
+/// each sentence said by anyone but the `seller`, as the transcript has it, a sentence longer
+/// than a quote may be cut at its commas (or, failing that, between words). A model that
+/// quotes from memory changes words, joins lines or quotes the agent; held to these, it copies
+/// what the buyer said.
+fn quotable(transcript: &str, seller: Option<&str>) -> Vec<String> {
+    let labels = speaker_labels(transcript);
+    let mut out: Vec<String> = Vec::new();
+    for line in transcript.lines() {
+        let by_seller = seller.is_some_and(|seller| {
+            speaker_of(line).is_some_and(|who| who.eq_ignore_ascii_case(seller))
+        });
+        let said = strip_label(line, &labels);
+        if by_seller || said.len() == line.len() {
+            // The seller's lines, and lines without a speaker (a note of lines left out).
+            continue;
+        }
+        for sentence in sentences(said) {
+            for piece in cut_to(sentence, QUOTE_CHARS) {
+                if !piece.is_empty() && !out.iter().any(|o| o == piece) {
+                    out.push(piece.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The sentences of `text`: each ends after `.`, `?`, `!` or `…` (closing quotes and
+/// brackets with it) that white space follows, trimmed.
+fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if !matches!(c, '.' | '?' | '!' | '…') {
+            continue;
+        }
+        let mut end = i + c.len_utf8();
+        while let Some(&(j, next)) = chars.peek() {
+            if matches!(
+                next,
+                '.' | '?' | '!' | '…' | '"' | '\'' | '”' | '’' | ')' | ']'
+            ) {
+                end = j + next.len_utf8();
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        if chars.peek().is_none_or(|&(_, next)| next.is_whitespace()) {
+            out.push(text[start..end].trim());
+            start = end;
+        }
+    }
+    out.push(text[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// `text` in pieces of at most `max` bytes: whole when it fits, else cut after its commas or
+/// semicolons, else between words (a word longer than `max` is cut at a character).
+fn cut_to(text: &str, max: usize) -> Vec<&str> {
+    if text.len() <= max {
+        return vec![text];
+    }
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.len() > max {
+        let mut at = max;
+        while !rest.is_char_boundary(at) {
+            at -= 1;
+        }
+        let head = &rest[..at];
+        let cut = head
+            .rfind([',', ';'])
+            .map(|i| i + 1)
+            .filter(|&i| i > max / 4)
+            .or_else(|| head.rfind(' ').filter(|&i| i > 0))
+            .unwrap_or(at);
+        out.push(rest[..cut].trim());
+        rest = rest[cut..].trim_start();
+    }
+    out.push(rest.trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// `schema` (a BANT or NEAT-P profile's) with every field's evidence held to what was said,
+/// by status: an `identified` field quotes sentences of the buyer (`buyer`), a `partial` one
+/// sentences of anyone (`said`: a hint the model can back only with the seller's words is
+/// then dropped by [`verify_evidence`]), and a `not_found` one quotes nothing. The two lists
+/// are written once, under `$defs`, and every field refers to them.
+fn quoting(schema: &Value, buyer: &[String], said: &[String]) -> Value {
+    let mut schema = schema.clone();
+    let quotes = |list: &[String], name: &str| {
+        if list.is_empty() {
+            serde_json::json!({"type": "array", "maxItems": 0})
+        } else {
+            serde_json::json!({
+                "type": "array",
+                "maxItems": 2,
+                "items": {"$ref": format!("#/$defs/{name}")}
+            })
+        }
+    };
+    if let Some(fields) = schema["properties"].as_object_mut() {
+        for field in fields.values_mut() {
+            if !field["properties"]["evidence"].is_object() {
+                continue;
+            }
+            let branches: Vec<Value> = STATUSES
+                .iter()
+                .map(|&status| {
+                    let mut branch = field.clone();
+                    branch["properties"]["status"] = serde_json::json!({"enum": [status]});
+                    branch["properties"]["evidence"] = match status {
+                        "identified" => quotes(buyer, "buyer"),
+                        "partial" => quotes(said, "said"),
+                        _ => quotes(&[], ""),
+                    };
+                    branch
+                })
+                .collect();
+            *field = serde_json::json!({"anyOf": branches});
+        }
+    }
+    let mut defs = serde_json::Map::new();
+    for (name, list) in [("buyer", buyer), ("said", said)] {
+        if !list.is_empty() {
+            defs.insert(name.into(), serde_json::json!({"enum": list}));
+        }
+    }
+    schema["$defs"] = Value::Object(defs);
+    schema
 }
 
 /// `transcript` without at least `chars` characters of whole lines from its middle, which a
@@ -1248,6 +1399,93 @@ mod tests {
         });
         verify_evidence(&mut record, transcript, Some("Agent"));
         assert_eq!(record["need"]["status"], "partial");
+    }
+
+    #[test]
+    fn quotes_are_the_sentences_said() {
+        assert_eq!(
+            sentences("Hi. We need 15.5 units... by June! \"Really?\" Yes"),
+            [
+                "Hi.",
+                "We need 15.5 units...",
+                "by June!",
+                "\"Really?\"",
+                "Yes"
+            ]
+        );
+        assert_eq!(sentences("  "), Vec::<&str>::new());
+        let long = "one two three four five six seven eight nine ten";
+        for max in [5, 10, 20] {
+            let pieces = cut_to(long, max);
+            assert!(pieces.iter().all(|p| p.len() <= max), "{pieces:?}");
+            assert_eq!(pieces.join(" "), long);
+        }
+        assert_eq!(
+            cut_to("first part of it, second part of it", 20),
+            ["first part of it,", "second part of it"]
+        );
+        assert_eq!(cut_to("short", 160), ["short"]);
+
+        let transcript = "Agent: We have a deal. It ends soon.\n\
+                          Customer: Our budget is ten thousand. We have a deal.\n\
+                          [3 lines of the conversation left out]\n\
+                          Customer: Our budget is ten thousand.\n";
+        assert_eq!(
+            quotable(transcript, Some("agent")),
+            ["Our budget is ten thousand.", "We have a deal."]
+        );
+        assert_eq!(
+            quotable(transcript, None),
+            [
+                "We have a deal.",
+                "It ends soon.",
+                "Our budget is ten thousand."
+            ]
+        );
+    }
+
+    #[test]
+    fn each_status_quotes_what_it_may() {
+        let buyer = vec!["We have ten thousand.".to_owned()];
+        let said = vec![
+            "We have ten thousand.".to_owned(),
+            "It is cheap.".to_owned(),
+        ];
+        let schema = quoting(&profile(ProfileKind::Bant).schema, &buyer, &said);
+        assert_eq!(schema["$defs"]["buyer"]["enum"], serde_json::json!(buyer));
+        assert_eq!(schema["$defs"]["said"]["enum"], serde_json::json!(said));
+        for (name, field) in schema["properties"].as_object().unwrap() {
+            let branches = field["anyOf"].as_array().unwrap();
+            let by_status: Vec<(&str, &Value)> = branches
+                .iter()
+                .map(|b| {
+                    (
+                        b["properties"]["status"]["enum"][0].as_str().unwrap(),
+                        &b["properties"]["evidence"],
+                    )
+                })
+                .collect();
+            assert_eq!(
+                by_status.iter().map(|b| b.0).collect::<Vec<_>>(),
+                STATUSES,
+                "{name}"
+            );
+            assert_eq!(by_status[0].1["items"]["$ref"], "#/$defs/buyer");
+            assert_eq!(by_status[1].1["items"]["$ref"], "#/$defs/said");
+            assert_eq!(by_status[2].1["maxItems"], 0);
+            assert_eq!(
+                branches[0]["required"],
+                profile(ProfileKind::Bant).schema["properties"][name]["required"]
+            );
+        }
+        // The schema makes a grammar; with nothing said, every field quotes nothing.
+        llama_cpp_2::json_schema_to_grammar(&schema.to_string()).unwrap();
+        let none = quoting(&profile(ProfileKind::NeatP).schema, &[], &[]);
+        assert_eq!(
+            none["properties"]["need"]["anyOf"][0]["properties"]["evidence"]["maxItems"],
+            0
+        );
+        llama_cpp_2::json_schema_to_grammar(&none.to_string()).unwrap();
     }
 
     #[test]
