@@ -298,6 +298,7 @@ const QUOTE_CHARS: usize = 160;
 fn quotable(transcript: &str, seller: Option<&str>) -> Vec<String> {
     let labels = speaker_labels(transcript);
     let mut out: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for line in transcript.lines() {
         let by_seller = seller.is_some_and(|seller| {
             speaker_of(line).is_some_and(|who| who.eq_ignore_ascii_case(seller))
@@ -309,7 +310,7 @@ fn quotable(transcript: &str, seller: Option<&str>) -> Vec<String> {
         }
         for sentence in sentences(said) {
             for piece in cut_to(sentence, QUOTE_CHARS) {
-                if !piece.is_empty() && !out.iter().any(|o| o == piece) {
+                if !piece.is_empty() && seen.insert(piece) {
                     out.push(piece.to_owned());
                 }
             }

@@ -209,24 +209,24 @@ mod tests {
                 .cast(IntentMsg::Line(at, who.into(), text.into()))
                 .unwrap();
         };
-        line(0.5, "Customer", "my router keeps dropping");
-        line(2.0, "Agent", "let me check");
+        line(0.5, "Customer", "my router keeps dropping.");
+        line(2.0, "Agent", "let me check.");
         intent.cast(IntentMsg::Analyze).unwrap();
         let first = outcomes.recv().await.unwrap().0.unwrap();
         assert_eq!(first, Value::from(2));
         // Nobody asked before: nothing was prepared.
         assert!(prefills.lock().unwrap().is_empty());
         // A line that belongs before the last one (another channel, later) goes in time order.
-        line(4.0, "Customer", "since Monday");
-        line(3.0, "Agent", "is the light green");
+        line(4.0, "Customer", "since Monday.");
+        line(3.0, "Agent", "is the light green?");
         intent.cast(IntentMsg::Analyze).unwrap();
         assert_eq!(outcomes.recv().await.unwrap().0.unwrap(), Value::from(4));
         let prefills = prefills.lock().unwrap().clone();
         assert_eq!(prefills.len(), 2);
         assert_eq!(
             prefills[1],
-            "Customer: my router keeps dropping\nAgent: let me check\n\
-             Agent: is the light green\nCustomer: since Monday\n"
+            "Customer: my router keeps dropping.\nAgent: let me check.\n\
+             Agent: is the light green?\nCustomer: since Monday.\n"
         );
         intent.stop(None);
         sink.stop(None);
