@@ -33,10 +33,15 @@ pub fn dialogue<'a>(lines: impl IntoIterator<Item = (&'a str, &'a str)>) -> Stri
     out
 }
 
+/// The marks that end a sentence.
+pub const SENTENCE_ENDS: [char; 7] = ['.', '?', '!', '…', '。', '？', '！'];
+/// Closing quotes and brackets, which may follow a sentence's last mark.
+pub const CLOSERS: [char; 7] = ['"', '\'', '”', '’', '»', ')', ']'];
+
 /// `text` ends with a sentence's last mark, closing quotes and brackets aside.
 fn ends_sentence(text: &str) -> bool {
-    text.trim_end_matches(|c: char| c.is_whitespace() || "\"'”’»)]".contains(c))
-        .ends_with(['.', '?', '!', '…', '。', '？', '！'])
+    text.trim_end_matches(|c: char| c.is_whitespace() || CLOSERS.contains(&c))
+        .ends_with(SENTENCE_ENDS)
 }
 
 /// A speaker label with its first letter capitalised (`customer` -> `Customer`).

@@ -186,7 +186,7 @@ impl ChatService {
                             tools: tools.clone(),
                             sampling,
                             json_schema: None,
-                        odds: None,
+                            odds: None,
                         },
                         deltas.clone(),
                     )

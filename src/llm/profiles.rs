@@ -13,9 +13,11 @@
 //! analyses, and on a live call each `analyze` evaluates only the part of the transcript that
 //! is new since the call's last analysis or prefill.
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use callstream_actors::call::{IntentClassifier, IntentFuture};
+use callstream_actors::transcript::{CLOSERS, SENTENCE_ENDS};
 use serde_json::Value;
 
 use super::{Generation, LlmError, Message, Odds, Provider, Role, Sampling, Usage};
@@ -244,11 +246,8 @@ async fn generate_fitted(
             },
             json_schema: Some(
                 if kind != ProfileKind::Intent && provider.keeps_to_any_schema() {
-                    quoting(
-                        &profile(kind).schema,
-                        &quotable(&fitted, seller),
-                        &quotable(&fitted, None),
-                    )
+                    let (buyer, said) = quotable(&fitted, seller);
+                    quoting(&profile(kind).schema, &buyer, &said)
                 } else {
                     profile(kind).schema.clone()
                 },
@@ -291,50 +290,54 @@ async fn generate_fitted(
 const QUOTE_CHARS: usize = 160;
 
 /// What a BANT or NEAT-P answer may quote of `transcript` (its lines read `Speaker: text`):
-/// each sentence said by anyone but the `seller`, as the transcript has it, a sentence longer
-/// than a quote may be cut at its commas (or, failing that, between words). A model that
-/// quotes from memory changes words, joins lines or quotes the agent; held to these, it copies
-/// what the buyer said.
-fn quotable(transcript: &str, seller: Option<&str>) -> Vec<String> {
+/// each sentence said by the buyer (anyone but the `seller`), and each sentence said by
+/// anyone, as the transcript has them; a sentence longer than a quote is cut at its commas
+/// (or, failing that, between words). A model that quotes from memory changes words, joins
+/// lines or quotes the agent; held to these, it copies what was said.
+fn quotable(transcript: &str, seller: Option<&str>) -> (Vec<String>, Vec<String>) {
     let labels = speaker_labels(transcript);
-    let mut out: Vec<String> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    let (mut buyer, mut said) = (Vec::new(), Vec::new());
+    let (mut seen_buyer, mut seen_said) = (HashSet::new(), HashSet::new());
     for line in transcript.lines() {
-        let by_seller = seller.is_some_and(|seller| {
-            speaker_of(line).is_some_and(|who| who.eq_ignore_ascii_case(seller))
-        });
-        let said = strip_label(line, &labels);
-        if by_seller || said.len() == line.len() {
-            // The seller's lines, and lines without a speaker (a note of lines left out).
+        let text = strip_label(line, &labels);
+        if text.len() == line.len() {
+            // A line without a speaker (a note of lines left out).
             continue;
         }
-        for sentence in sentences(said) {
+        let by_seller = said_by(line, seller);
+        for sentence in sentences(text) {
             for piece in cut_to(sentence, QUOTE_CHARS) {
-                if !piece.is_empty() && seen.insert(piece) {
-                    out.push(piece.to_owned());
+                if seen_said.insert(piece) {
+                    said.push(piece.to_owned());
+                }
+                if !by_seller && seen_buyer.insert(piece) {
+                    buyer.push(piece.to_owned());
                 }
             }
         }
     }
-    out
+    (buyer, said)
 }
 
-/// The sentences of `text`: each ends after `.`, `?`, `!` or `…` (closing quotes and
-/// brackets with it) that white space follows, trimmed.
+/// `line` (`Speaker: text`) is said by `seller` (a speaker label, any case).
+fn said_by(line: &str, seller: Option<&str>) -> bool {
+    seller
+        .is_some_and(|seller| speaker_of(line).is_some_and(|who| who.eq_ignore_ascii_case(seller)))
+}
+
+/// The sentences of `text`: each ends after a mark of [`SENTENCE_ENDS`] (with the
+/// [`CLOSERS`] after it) that white space follows, trimmed.
 fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut chars = text.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
-        if !matches!(c, '.' | '?' | '!' | '…') {
+        if !SENTENCE_ENDS.contains(&c) {
             continue;
         }
         let mut end = i + c.len_utf8();
         while let Some(&(j, next)) = chars.peek() {
-            if matches!(
-                next,
-                '.' | '?' | '!' | '…' | '"' | '\'' | '”' | '’' | ')' | ']'
-            ) {
+            if SENTENCE_ENDS.contains(&next) || CLOSERS.contains(&next) {
                 end = j + next.len_utf8();
                 chars.next();
             } else {
@@ -801,14 +804,9 @@ fn align_quote<'a>(wanted: &[String], spoken: &[SpokenLine<'a>]) -> Option<&'a s
 /// were kept, as given or aligned.
 pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str>) -> Quotes {
     let labels = speaker_labels(transcript);
-    let by_seller = |line: &str| {
-        seller.is_some_and(|seller| {
-            speaker_of(line).is_some_and(|who| who.eq_ignore_ascii_case(seller))
-        })
-    };
     let spoken: Vec<SpokenLine> = transcript
         .lines()
-        .filter(|l| !by_seller(l))
+        .filter(|l| !said_by(l, seller))
         .map(|l| {
             let said = strip_label(l, &labels);
             (said, words(said))
@@ -1431,18 +1429,17 @@ mod tests {
                           Customer: Our budget is ten thousand. We have a deal.\n\
                           [3 lines of the conversation left out]\n\
                           Customer: Our budget is ten thousand.\n";
+        let (buyer, said) = quotable(transcript, Some("agent"));
+        assert_eq!(buyer, ["Our budget is ten thousand.", "We have a deal."]);
         assert_eq!(
-            quotable(transcript, Some("agent")),
-            ["Our budget is ten thousand.", "We have a deal."]
-        );
-        assert_eq!(
-            quotable(transcript, None),
+            said,
             [
                 "We have a deal.",
                 "It ends soon.",
                 "Our budget is ten thousand."
             ]
         );
+        assert_eq!(quotable(transcript, None).0, said);
     }
 
     #[test]
@@ -1470,6 +1467,12 @@ mod tests {
                 by_status.iter().map(|b| b.0).collect::<Vec<_>>(),
                 STATUSES,
                 "{name}"
+            );
+            assert_eq!(
+                profile(ProfileKind::Bant).schema["properties"][name]["properties"]["evidence"]
+                    ["items"]["maxLength"],
+                QUOTE_CHARS,
+                "quotes are cut to the schema's longest"
             );
             assert_eq!(by_status[0].1["items"]["$ref"], "#/$defs/buyer");
             assert_eq!(by_status[1].1["items"]["$ref"], "#/$defs/said");
