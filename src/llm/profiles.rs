@@ -1019,14 +1019,17 @@ mod tests {
         }
     }
 
+    /// An answer's text and the odds taken in it.
+    type Answer = (&'static str, Vec<Vec<f32>>);
+
     /// A model that gives the answers it was handed, in turn, and keeps what it was asked.
     struct Scripted {
-        answers: std::sync::Mutex<Vec<(&'static str, Vec<Vec<f32>>)>>,
+        answers: std::sync::Mutex<Vec<Answer>>,
         asked: std::sync::Mutex<Vec<Generation>>,
     }
 
     impl Scripted {
-        fn new(mut answers: Vec<(&'static str, Vec<Vec<f32>>)>) -> Self {
+        fn new(mut answers: Vec<Answer>) -> Self {
             answers.reverse();
             Self {
                 answers: answers.into(),
@@ -1097,7 +1100,7 @@ mod tests {
         .unwrap();
         assert_eq!(record["intents"][0]["intent"], "billing_inquiry");
         assert_eq!(usage.total_tokens, 220, "both answers are counted");
-        let asked = model.asked.lock().unwrap();
+        let asked = std::mem::take(&mut *model.asked.lock().unwrap());
         assert_eq!(asked.len(), 2);
         let labels = |g: &Generation| -> Vec<Value> {
             g.json_schema.as_ref().unwrap()["properties"]["intents"]["items"]["properties"]
@@ -1114,7 +1117,6 @@ mod tests {
             "the same prompt, kept evaluated"
         );
         assert_eq!(asked[0].odds.as_ref().unwrap().after, INTENT_AT);
-        drop(asked);
 
         // Sure of it, or no odds told (an upstream model), or another label: asked once.
         for (answer, odds) in [
