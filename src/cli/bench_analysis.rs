@@ -336,6 +336,8 @@ fn quality(
     // As the service analyses a file (the written dialogues use the default roles' labels).
     let seller = seller_label(&config.transcribe.channel_roles);
     let (mut intent_right, mut intent_top3) = (0, 0);
+    // Main intents by the confidence reported: (level, given, right).
+    let mut intent_levels = [("high", 0, 0), ("medium", 0, 0), ("low", 0, 0)];
     let (mut bant, mut neat_p) = (Tally::default(), Tally::default());
     let mut times: Vec<(ProfileKind, f64)> = Vec::new();
     let mut asr_secs = 0.0;
@@ -366,6 +368,11 @@ fn quality(
             .filter_map(|i| i["intent"].as_str())
             .collect();
         let top = labels.first().copied().unwrap_or("-");
+        let level = intent.analysis.record["intents"][0]["confidence"].as_str();
+        if let Some(row) = intent_levels.iter_mut().find(|(l, ..)| Some(*l) == level) {
+            row.1 += 1;
+            row.2 += usize::from(top == call.intent);
+        }
         if top == call.intent {
             intent_right += 1;
         } else {
@@ -422,6 +429,14 @@ fn quality(
         "intent in top 3       {intent_top3}/{} ({:.1}%)",
         calls.len(),
         pct(intent_top3, calls.len())
+    );
+    println!(
+        "intent by confidence, all/right: {}",
+        intent_levels
+            .iter()
+            .map(|(level, given, right)| format!("{level}: {given}/{right}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         println!(
