@@ -584,7 +584,7 @@ mod tests {
         let sales: Vec<&Call> = calls.iter().filter(|c| !c.bant.is_empty()).collect();
         assert_eq!(sales.len(), 6);
         assert!(calls.len() - sales.len() >= 40);
-        for label in &labels {
+        for label in labels {
             assert!(
                 calls.iter().any(|c| &c.intent == label),
                 "no call for {label}"

@@ -94,17 +94,20 @@ pub fn profile(kind: ProfileKind) -> &'static Profile {
     }
 }
 
-/// The intent labels of the intent profile.
-pub fn intent_labels() -> Vec<String> {
-    profile(ProfileKind::Intent).schema["properties"]["intents"]["items"]["properties"]["intent"]
-        ["enum"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The intent labels of the intent profile, in its schema's order (read from it once).
+pub fn intent_labels() -> &'static [String] {
+    static LABELS: OnceLock<Vec<String>> = OnceLock::new();
+    LABELS.get_or_init(|| {
+        profile(ProfileKind::Intent).schema["properties"]["intents"]["items"]["properties"]
+            ["intent"]["enum"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
 }
 
 /// Why a record was not asked of the model.
@@ -343,7 +346,7 @@ async fn generate_fitted(
             odds: Some(if kind == ProfileKind::Intent {
                 Odds {
                     after: INTENT_AT.to_owned(),
-                    words: intent_labels(),
+                    words: intent_labels().to_vec(),
                 }
             } else {
                 Odds {
