@@ -3,19 +3,22 @@
 //!
 //! Every piece of metered work reserves its worst case before it starts (a chat turn its
 //! prompt and `max_tokens`, a file its length, a live call a slice of audio at a time) and
-//! gives the reservation back once its real usage is in the ledger. What is left for new work
+//! gives the reservation back in the same step as its real usage goes into the ledger, so a
+//! reservation never sees it twice or not at all. What is left for new work
 //! is the quota minus the ledger minus the reservations, checked and taken in one step (under
 //! one lock in a process, under one database lock per pool across instances), so parallel
 //! requests never share the same remainder.
 
 use std::sync::Arc;
 
-use callstream_actors::usage::{Account, Allowance, QuotaGate, UsageError, UsageKind};
+use callstream_actors::usage::{
+    Account, Allowance, QuotaGate, UsageError, UsageEvent, UsageKind, UsageSink,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{self, MonthPeriod};
 use crate::config::{Config, Plan};
-use crate::store::shared::PoolRef;
+use crate::store::shared::{PoolRef, Write};
 use crate::store::{DayUsage, SharedState, Store, StoreError};
 
 /// Milliseconds in an audio-minute.
@@ -63,9 +66,11 @@ impl Reservation {
         std::mem::take(&mut self.amount)
     }
 
-    /// Records `used` for `account` (durably), then gives the reservation back.
+    /// Records `used` for `account` (durably) and gives the reservation back, in one step to
+    /// anyone reserving from the pool. When the write fails the reservation is given back
+    /// all the same (on drop) and the error returned.
     pub async fn settle(
-        self,
+        mut self,
         account: &Account,
         used: u64,
         source: callstream_actors::usage::UsageSource,
@@ -74,16 +79,24 @@ impl Reservation {
         if used == 0 {
             return Ok(());
         }
-        record(
-            self.quotas.store.clone(),
-            account,
-            self.kind,
-            used,
-            source,
-            end_user,
-        )
+        let event = usage_event(account, self.kind, used, source, end_user);
+        let quotas = self.quotas.clone();
+        let (org_id, kind) = (self.org_id.clone(), self.kind);
+        let held = if self.booked { self.amount } else { 0 };
+        // The write ends in an fsync: keep it off the async workers.
+        let written = tokio::task::spawn_blocking(move || {
+            let ledger: &dyn UsageSink = quotas.store.as_ref();
+            quotas
+                .shared
+                .settle(ledger, Write::Event(&event), &[(&org_id, kind, held)])
+        })
         .await
-        // Dropping `self` gives the reservation back, after the usage is in the ledger.
+        .map_err(|e| UsageError::Store(format!("billing task failed: {e}")))?;
+        if written.is_ok() {
+            // Given back with the write.
+            self.amount = 0;
+        }
+        written
     }
 }
 
@@ -227,6 +240,8 @@ impl Quotas {
         let Some(quota) = quota_of(plan, kind) else {
             return Ok(Allowance::Unlimited);
         };
+        // The ledger first: work settled between the two reads is then missed, never counted
+        // twice, so this answer errs towards letting work try; its reservation decides.
         let used = self.used(org_id, kind, &clock::month_of(at_ms))?;
         let reserved = self.shared.reserved(org_id, kind)?;
         Ok(Allowance::Remaining(
@@ -327,19 +342,30 @@ impl QuotaGate for Quotas {
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
         Quotas::release(self, org_id, kind, amount);
     }
+
+    fn checkpoint(
+        &self,
+        sink: &dyn UsageSink,
+        totals: &[UsageEvent],
+        release: &[(&str, u64)],
+    ) -> Result<(), UsageError> {
+        let release: Vec<(&str, UsageKind, u64)> = release
+            .iter()
+            .map(|(org_id, ms)| (*org_id, UsageKind::AudioMs, *ms))
+            .collect();
+        self.shared.settle(sink, Write::Totals(totals), &release)
+    }
 }
 
-/// Appends a usage event for `account` and waits until it is durable. Runs the store write on
-/// a blocking thread: it ends in an fsync.
-pub async fn record(
-    store: Arc<dyn Store>,
+/// The ledger event of `amount` of `kind` used now by `account`.
+fn usage_event(
     account: &Account,
     kind: UsageKind,
     amount: u64,
     source: callstream_actors::usage::UsageSource,
     end_user: Option<String>,
-) -> Result<(), UsageError> {
-    let event = callstream_actors::usage::UsageEvent {
+) -> UsageEvent {
+    UsageEvent {
         org_id: account.org_id.clone(),
         key_id: account.key_id.clone(),
         end_user,
@@ -348,8 +374,5 @@ pub async fn record(
         source,
         at_ms: clock::now_ms(),
         call_id: None,
-    };
-    tokio::task::spawn_blocking(move || store.record(&event))
-        .await
-        .map_err(|e| UsageError::Store(format!("billing task failed: {e}")))?
+    }
 }

@@ -198,13 +198,24 @@ impl BillingState {
         }
         let mut result = Ok(());
         if !rows.is_empty() {
-            let sink = self.args.sink.clone();
+            // What each written call gives back of its lease, in the same step as the write.
+            let release: Vec<(String, u64)> = written
+                .iter()
+                .filter_map(|(id, _, _, due)| self.calls.get(id).map(|m| (m, *due)))
+                .map(|(m, due)| (m.account.org_id.clone(), due.min(m.outstanding_ms())))
+                .filter(|(_, ms)| *ms > 0)
+                .collect();
+            let (sink, gate) = (self.args.sink.clone(), self.args.gate.clone());
             // The sink ends in an fsync: keep it off the async workers.
-            let outcome = tokio::task::spawn_blocking(move || sink.checkpoint(&rows))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(UsageError::Store(format!("billing write task failed: {e}")))
-                });
+            let outcome = tokio::task::spawn_blocking(move || {
+                let release: Vec<(&str, u64)> = release
+                    .iter()
+                    .map(|(org, ms)| (org.as_str(), *ms))
+                    .collect();
+                gate.checkpoint(sink.as_ref(), &rows, &release)
+            })
+            .await
+            .unwrap_or_else(|e| Err(UsageError::Store(format!("billing write task failed: {e}"))));
             match outcome {
                 Ok(()) => {
                     for (id, at_ms, total, due) in written {
@@ -212,7 +223,7 @@ impl BillingState {
                             m.row_at_ms = at_ms;
                             m.row_ms = total;
                             m.billed_ms += due;
-                            Self::release(self.args.gate.as_ref(), m, due);
+                            m.released_ms += due.min(m.outstanding_ms());
                         }
                     }
                 }
@@ -397,6 +408,22 @@ mod tests {
             *reserved = reserved
                 .checked_sub(amount)
                 .expect("never more than reserved");
+        }
+
+        fn checkpoint(
+            &self,
+            sink: &dyn UsageSink,
+            totals: &[UsageEvent],
+            release: &[(&str, u64)],
+        ) -> Result<(), UsageError> {
+            // One lock over both, as a real gate makes them one step.
+            let mut reserved = self.reserved.lock().unwrap();
+            sink.checkpoint(totals)?;
+            let given: u64 = release.iter().map(|(_, ms)| ms).sum();
+            *reserved = reserved
+                .checked_sub(given)
+                .expect("never more than reserved");
+            Ok(())
         }
     }
 

@@ -150,6 +150,18 @@ pub trait QuotaGate: Send + Sync {
 
     /// Gives back `amount` of a reservation (its usage is recorded, or it was not used).
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64);
+
+    /// Writes live-call `totals` to `sink` (as [`UsageSink::checkpoint`]) and gives back
+    /// `release` (organisation, milliseconds) of audio reservations, as one step to anyone
+    /// reserving: what was written is never seen twice (in the ledger and still reserved),
+    /// which would refuse work that fits, nor not at all, which would let the pool be passed.
+    /// When the write fails nothing is given back.
+    fn checkpoint(
+        &self,
+        sink: &dyn UsageSink,
+        totals: &[UsageEvent],
+        release: &[(&str, u64)],
+    ) -> Result<(), UsageError>;
 }
 
 #[cfg(test)]

@@ -143,6 +143,15 @@ impl QuotaGate for Ledger {
     }
 
     fn release(&self, _: &str, _: UsageKind, _: u64) {}
+
+    fn checkpoint(
+        &self,
+        sink: &dyn UsageSink,
+        totals: &[UsageEvent],
+        _: &[(&str, u64)],
+    ) -> Result<(), UsageError> {
+        sink.checkpoint(totals)
+    }
 }
 
 impl Ledger {

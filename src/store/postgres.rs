@@ -24,7 +24,7 @@ use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, GenericClient, NoTls, Row, Statement};
 
-use super::shared::{SharedState, Space};
+use super::shared::{SharedState, Space, Write};
 use super::{
     call_seq, hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org,
     SecretBox, Store, StoreError,
@@ -832,32 +832,8 @@ impl Store for PgStore {
 
 impl UsageSink for PgStore {
     fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
-        let day = clock::day_of(event.at_ms);
-        let text = encode_event(event);
         self.pool
-            .with(|conn| {
-                // One statement, so one transaction: the ledger row and its day total.
-                conn.query(
-                    "WITH ledger AS (
-                         INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
-                         VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)
-                     )
-                     INSERT INTO usage_daily (org_id, day, kind, amount)
-                     SELECT $1, $6, $3, $4 WHERE $4 > 0
-                     ON CONFLICT (org_id, day, kind)
-                     DO UPDATE SET amount = usage_daily.amount + EXCLUDED.amount",
-                    &[
-                        &event.org_id,
-                        &event.at_ms,
-                        &kind_i16(event.kind),
-                        &amount_i64(event.amount),
-                        &text,
-                        &day,
-                    ],
-                )
-                .map(drop)
-                .map_err(backend)
-            })
+            .with(|conn| write_event(&mut conn.client, event).map_err(backend))
             .map_err(UsageError::from)
     }
 
@@ -868,59 +844,106 @@ impl UsageSink for PgStore {
         self.pool
             .with(|conn| {
                 let mut tx = conn.client.transaction().map_err(backend)?;
-                for total in totals {
-                    let seq = call_seq(total.call_id.as_deref().unwrap_or_default()) as i64;
-                    let event = encode_event(total);
-                    // The row exists (at zero when new) and is locked before it is read, so
-                    // two writers of one call's total cannot both add the same growth.
-                    tx.execute(
-                        "INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
-                         VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT DO NOTHING",
-                        &[
-                            &total.org_id,
-                            &total.at_ms,
-                            &seq,
-                            &kind_i16(total.kind),
-                            &event,
-                        ],
-                    )
-                    .map_err(backend)?;
-                    // The day grows by what the call's total grew since it was last written.
-                    let before: i64 = tx
-                        .query_one(
-                            "SELECT amount FROM usage_ledger
-                             WHERE org_id = $1 AND at_ms = $2 AND seq = $3 FOR UPDATE",
-                            &[&total.org_id, &total.at_ms, &seq],
-                        )
-                        .map_err(backend)?
-                        .get(0);
-                    tx.execute(
-                        "UPDATE usage_ledger SET kind = $4, amount = $5, event = $6
-                         WHERE org_id = $1 AND at_ms = $2 AND seq = $3",
-                        &[
-                            &total.org_id,
-                            &total.at_ms,
-                            &seq,
-                            &kind_i16(total.kind),
-                            &amount_i64(total.amount),
-                            &event,
-                        ],
-                    )
-                    .map_err(backend)?;
-                    let before = amount_u64(before);
-                    add_to_day(
-                        &mut tx,
-                        &total.org_id,
-                        &clock::day_of(total.at_ms),
-                        total.kind,
-                        total.amount.saturating_sub(before),
-                    )
-                    .map_err(backend)?;
-                }
+                write_totals(&mut tx, totals).map_err(backend)?;
                 tx.commit().map_err(backend)
             })
             .map_err(UsageError::from)
     }
+}
+
+/// Appends `event` to the ledger and its day total.
+fn write_event(client: &mut impl GenericClient, event: &UsageEvent) -> Result<(), postgres::Error> {
+    // One statement, so one transaction of its own: the ledger row and its day total.
+    client
+        .query(
+            "WITH ledger AS (
+                 INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
+                 VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)
+             )
+             INSERT INTO usage_daily (org_id, day, kind, amount)
+             SELECT $1, $6, $3, $4 WHERE $4 > 0
+             ON CONFLICT (org_id, day, kind)
+             DO UPDATE SET amount = usage_daily.amount + EXCLUDED.amount",
+            &[
+                &event.org_id,
+                &event.at_ms,
+                &kind_i16(event.kind),
+                &amount_i64(event.amount),
+                &encode_event(event),
+                &clock::day_of(event.at_ms),
+            ],
+        )
+        .map(drop)
+}
+
+/// Writes live calls' running totals (see [`UsageSink::checkpoint`]) inside `tx`.
+fn write_totals(
+    tx: &mut postgres::Transaction<'_>,
+    totals: &[UsageEvent],
+) -> Result<(), postgres::Error> {
+    for total in totals {
+        let seq = call_seq(total.call_id.as_deref().unwrap_or_default()) as i64;
+        let event = encode_event(total);
+        // The row exists (at zero when new) and is locked before it is read, so two writers
+        // of one call's total cannot both add the same growth.
+        tx.execute(
+            "INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
+             VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT DO NOTHING",
+            &[
+                &total.org_id,
+                &total.at_ms,
+                &seq,
+                &kind_i16(total.kind),
+                &event,
+            ],
+        )?;
+        // The day grows by what the call's total grew since it was last written.
+        let before: i64 = tx
+            .query_one(
+                "SELECT amount FROM usage_ledger
+                 WHERE org_id = $1 AND at_ms = $2 AND seq = $3 FOR UPDATE",
+                &[&total.org_id, &total.at_ms, &seq],
+            )?
+            .get(0);
+        tx.execute(
+            "UPDATE usage_ledger SET kind = $4, amount = $5, event = $6
+             WHERE org_id = $1 AND at_ms = $2 AND seq = $3",
+            &[
+                &total.org_id,
+                &total.at_ms,
+                &seq,
+                &kind_i16(total.kind),
+                &amount_i64(total.amount),
+                &event,
+            ],
+        )?;
+        let before = amount_u64(before);
+        add_to_day(
+            tx,
+            &total.org_id,
+            &clock::day_of(total.at_ms),
+            total.kind,
+            total.amount.saturating_sub(before),
+        )?;
+    }
+    Ok(())
+}
+
+/// Takes `amount` off this instance's reservation of a pool.
+fn give_back(
+    client: &mut impl GenericClient,
+    instance: &str,
+    org_id: &str,
+    kind: UsageKind,
+    amount: u64,
+) -> Result<(), postgres::Error> {
+    client
+        .execute(
+            "UPDATE reservations SET amount = GREATEST(amount - $4, 0)
+             WHERE instance_id = $1 AND org_id = $2 AND kind = $3",
+            &[&instance, &org_id, &kind_i16(kind), &amount_i64(amount)],
+        )
+        .map(drop)
 }
 
 /// The database's clock in Unix ms: one clock for every instance.
@@ -1101,20 +1124,49 @@ impl SharedState for PgStore {
             return Ok(());
         }
         self.pool.with(|conn| {
-            conn.client
-                .execute(
-                    "UPDATE reservations SET amount = GREATEST(amount - $4, 0)
-                     WHERE instance_id = $1 AND org_id = $2 AND kind = $3",
-                    &[
-                        &self.instance,
-                        &org_id,
-                        &kind_i16(kind),
-                        &amount_i64(amount),
-                    ],
-                )
-                .map_err(backend)
-                .map(drop)
+            give_back(&mut conn.client, &self.instance, org_id, kind, amount).map_err(backend)
         })
+    }
+
+    fn settle(
+        &self,
+        _ledger: &dyn UsageSink,
+        usage: Write<'_>,
+        release: &[(&str, UsageKind, u64)],
+    ) -> Result<(), UsageError> {
+        // This database is the ledger too: the write and the release are one transaction,
+        // under the lock `callstream_reserve` takes per pool (taken in one order, so two
+        // settlements never wait on each other in a circle), so a reservation reads both
+        // or neither.
+        let mut pools: Vec<(&str, UsageKind)> = release
+            .iter()
+            .filter(|(_, _, amount)| *amount > 0)
+            .map(|(org_id, kind, _)| (*org_id, *kind))
+            .collect();
+        pools.sort_by_key(|(org_id, kind)| (*org_id, kind.tag()));
+        pools.dedup();
+        self.pool
+            .with(|conn| {
+                let mut tx = conn.client.transaction().map_err(backend)?;
+                for (org_id, kind) in &pools {
+                    tx.execute(
+                        "SELECT pg_advisory_xact_lock(hashtextextended(
+                             'reserve/' || $1::text || '/' || ($2::smallint)::text, 0))",
+                        &[org_id, &kind_i16(*kind)],
+                    )
+                    .map_err(backend)?;
+                }
+                match usage {
+                    Write::Event(event) => write_event(&mut tx, event),
+                    Write::Totals(totals) => write_totals(&mut tx, totals),
+                }
+                .map_err(backend)?;
+                for (org_id, kind, amount) in release.iter().filter(|r| r.2 > 0) {
+                    give_back(&mut tx, &self.instance, org_id, *kind, *amount).map_err(backend)?;
+                }
+                tx.commit().map_err(backend)
+            })
+            .map_err(UsageError::from)
     }
 
     fn start_instance(&self) {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use callstream_actors::usage::UsageKind;
+use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
 
 use super::StoreError;
 use crate::clock;
@@ -30,6 +30,25 @@ pub struct PoolRef<'a> {
     pub first_day: &'a str,
     /// The month's last day.
     pub last_day: &'a str,
+}
+
+/// Usage to write to the ledger.
+#[derive(Debug, Clone, Copy)]
+pub enum Write<'a> {
+    /// One event, as [`UsageSink::record`].
+    Event(&'a UsageEvent),
+    /// Live calls' running totals, as [`UsageSink::checkpoint`].
+    Totals(&'a [UsageEvent]),
+}
+
+impl Write<'_> {
+    /// Writes to `ledger`.
+    pub fn to(self, ledger: &dyn UsageSink) -> Result<(), UsageError> {
+        match self {
+            Write::Event(event) => ledger.record(event),
+            Write::Totals(totals) => ledger.checkpoint(totals),
+        }
+    }
 }
 
 /// A call in progress on another instance, for the dashboard.
@@ -100,6 +119,19 @@ pub trait SharedState: Send + Sync {
     /// Gives back `amount` of this instance's reservations of the pool.
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError>;
 
+    /// Writes `usage` to `ledger` and gives back `release` (organisation, pool, amount) of this
+    /// instance's reservations, as one step to [`SharedState::reserve`]: no reservation sees
+    /// the usage twice (in the ledger and still reserved), which would refuse work that fits,
+    /// nor not at all, which would let the pool be passed. When the write fails nothing is
+    /// given back. A database that is also the ledger writes there itself, in the same
+    /// transaction.
+    fn settle(
+        &self,
+        ledger: &dyn UsageSink,
+        usage: Write<'_>,
+        release: &[(&str, UsageKind, u64)],
+    ) -> Result<(), UsageError>;
+
     /// Announces this process as a running instance (heartbeat, its reservations and calls
     /// counted by the others). Services call it; one-off commands do not.
     fn start_instance(&self) {}
@@ -150,11 +182,17 @@ pub struct Local {
     limiter: RateLimiter,
     // A std Mutex: a map operation per call, never held across an await.
     entries: Mutex<HashMap<(Space, String), (String, i64)>>,
-    // A std Mutex: held for one ledger read, never across an await.
+    // A std Mutex: held for one ledger read or write, never across an await.
     reserved: Mutex<HashMap<(String, UsageKind), u64>>,
 }
 
 impl Local {
+    fn reserved(&self) -> std::sync::MutexGuard<'_, HashMap<(String, UsageKind), u64>> {
+        self.reserved
+            .lock()
+            .expect("reservation lock is never poisoned: no panics inside")
+    }
+
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(Space, String), (String, i64)>> {
         self.entries
             .lock()
@@ -230,10 +268,7 @@ impl SharedState for Local {
         let Some(quota) = pool.quota else {
             return Ok(Some(want));
         };
-        let mut reserved = self
-            .reserved
-            .lock()
-            .expect("reservation lock is never poisoned");
+        let mut reserved = self.reserved();
         let key = (pool.org_id.to_owned(), pool.kind);
         let held = reserved.get(&key).copied().unwrap_or(0);
         let granted = want.min(quota.saturating_sub(used()?).saturating_sub(held));
@@ -246,29 +281,46 @@ impl SharedState for Local {
 
     fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
         Ok(self
-            .reserved
-            .lock()
-            .expect("reservation lock is never poisoned")
+            .reserved()
             .get(&(org_id.to_owned(), kind))
             .copied()
             .unwrap_or(0))
     }
 
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError> {
-        if amount == 0 {
-            return Ok(());
-        }
-        let mut reserved = self
-            .reserved
-            .lock()
-            .expect("reservation lock is never poisoned");
-        let key = (org_id.to_owned(), kind);
-        if let Some(held) = reserved.get_mut(&key) {
-            *held = held.saturating_sub(amount);
-            if *held == 0 {
-                reserved.remove(&key);
-            }
+        give_back(&mut self.reserved(), org_id, kind, amount);
+        Ok(())
+    }
+
+    fn settle(
+        &self,
+        ledger: &dyn UsageSink,
+        usage: Write<'_>,
+        release: &[(&str, UsageKind, u64)],
+    ) -> Result<(), UsageError> {
+        // `reserve` reads the ledger under this lock: it sees the write and the release
+        // together or neither.
+        let mut reserved = self.reserved();
+        usage.to(ledger)?;
+        for (org_id, kind, amount) in release {
+            give_back(&mut reserved, org_id, *kind, *amount);
         }
         Ok(())
+    }
+}
+
+/// Takes `amount` off the pool's reservation in `reserved`.
+fn give_back(
+    reserved: &mut HashMap<(String, UsageKind), u64>,
+    org_id: &str,
+    kind: UsageKind,
+    amount: u64,
+) {
+    let key = (org_id.to_owned(), kind);
+    if let Some(held) = reserved.get_mut(&key) {
+        *held = held.saturating_sub(amount);
+        if *held == 0 {
+            reserved.remove(&key);
+        }
     }
 }

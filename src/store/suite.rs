@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
+use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink, UsageSource};
 
 use super::crypto::KEY_LEN;
 use super::testpg::Cluster;
@@ -659,6 +659,141 @@ fn reservations_never_share_a_remainder(b: &dyn Backend) {
     assert_eq!(reserve(&other), Some(100));
 }
 
+/// A ledger whose writes take a while, as an fsync does.
+struct SlowLedger(Arc<dyn Store>);
+
+impl UsageSink for SlowLedger {
+    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+        self.0.record(event)?;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        Ok(())
+    }
+
+    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        self.0.checkpoint(totals)?;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        Ok(())
+    }
+}
+
+/// Usage written and its reservation given back are one step to anyone reserving: while work
+/// only settles what it reserved, what the pool has given out (the ledger plus reservations),
+/// as a reservation sees it, never goes down. Seen twice for a moment, work that fits would
+/// be refused; seen not at all, the pool could be passed.
+fn settling_is_one_step_to_a_reservation(b: &dyn Backend) {
+    const QUOTA: u64 = 1_000_000_000;
+    const UNIT: u64 = 1_000;
+    const ROUNDS: u64 = 50;
+    let store = b.open();
+    let ledger = SlowLedger(store.clone());
+    let (a, other) = b.shared_pair();
+    let pool = super::shared::PoolRef {
+        org_id: "org_a",
+        kind: UsageKind::AudioMs,
+        quota: Some(QUOTA),
+        first_day: "2026-11-01",
+        last_day: "2026-11-30",
+    };
+    let used = || {
+        Ok(store
+            .usage_by_day("org_a", "2026-11-01", "2026-11-30")?
+            .iter()
+            .filter(|d| d.kind == UsageKind::AudioMs)
+            .map(|d| d.amount)
+            .sum())
+    };
+    let working = std::sync::atomic::AtomicUsize::new(4);
+    let looks = std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (instance, ledger, used, working) = (
+                if t % 2 == 0 { &a } else { &other },
+                &ledger,
+                &used,
+                &working,
+            );
+            scope.spawn(move || {
+                let mut settled = 0;
+                while settled < ROUNDS {
+                    // Refused only while the watcher holds the rest of the pool for a moment.
+                    let Some(n) = instance.reserve(pool, UNIT, UNIT, used).unwrap() else {
+                        continue;
+                    };
+                    assert_eq!(n, UNIT);
+                    let at = BEFORE_MIDNIGHT - 1_000 * (t * ROUNDS + settled) as i64;
+                    let usage = event("org_a", at, UsageKind::AudioMs, UNIT);
+                    instance
+                        .settle(
+                            ledger,
+                            super::shared::Write::Event(&usage),
+                            &[("org_a", UsageKind::AudioMs, UNIT)],
+                        )
+                        .unwrap();
+                    settled += 1;
+                }
+                working.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        // Everything that is left, reserved and given back at once: what is given out is the
+        // quota minus that.
+        let mut given_out = 0;
+        let mut looks = 0;
+        while working.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            let left = a.reserve(pool, QUOTA, 1, &used).unwrap().unwrap();
+            a.release("org_a", UsageKind::AudioMs, left).unwrap();
+            let now = QUOTA - left;
+            assert!(now >= given_out, "given out went from {given_out} to {now}");
+            given_out = now;
+            looks += 1;
+        }
+        looks
+    });
+    assert!(looks > 0);
+    assert_eq!(used().unwrap(), 4 * ROUNDS * UNIT);
+    assert_eq!(a.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
+    assert_eq!(other.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
+}
+
+/// A write that fails gives nothing back: the reservation stays held until its owner drops it.
+fn a_failed_settlement_gives_nothing_back(b: &dyn Backend) {
+    let store = b.open();
+    let (a, _) = b.shared_pair();
+    let pool = super::shared::PoolRef {
+        org_id: "org_a",
+        kind: UsageKind::Tokens,
+        quota: Some(1_000),
+        first_day: "2026-11-01",
+        last_day: "2026-11-30",
+    };
+    assert_eq!(a.reserve(pool, 600, 600, &|| Ok(0)).unwrap(), Some(600));
+    // A ledger that refuses it, or, where the database writes its ledger itself, a text it
+    // cannot hold.
+    let usage = event("org\0a", BEFORE_MIDNIGHT, UsageKind::Tokens, 100);
+    let settled = a.settle(
+        &Refusing,
+        super::shared::Write::Event(&usage),
+        &[("org_a", UsageKind::Tokens, 600)],
+    );
+    assert!(settled.is_err());
+    assert_eq!(a.reserved("org_a", UsageKind::Tokens).unwrap(), 600);
+    assert!(store
+        .usage_by_day("org_a", "2026-11-01", "2026-11-30")
+        .unwrap()
+        .is_empty());
+}
+
+/// A ledger that refuses every write.
+struct Refusing;
+
+impl UsageSink for Refusing {
+    fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
+        Err(UsageError::Store("refused".into()))
+    }
+
+    fn checkpoint(&self, _: &[UsageEvent]) -> Result<(), UsageError> {
+        Err(UsageError::Store("refused".into()))
+    }
+}
+
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sled_backend {
@@ -682,6 +817,8 @@ on_every_backend!(
     shared_entries_are_seen_by_every_instance,
     a_rate_budget_is_one_across_instances,
     reservations_never_share_a_remainder,
+    settling_is_one_step_to_a_reservation,
+    a_failed_settlement_gives_nothing_back,
 );
 
 /// An instance that stops beating (it crashed) no longer holds its reservations; one that
