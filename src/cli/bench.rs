@@ -61,6 +61,10 @@ pub enum BenchCommand {
         /// Requests in flight.
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
+        /// The organisation's monthly chat-token quota (unlimited by default): with one, every
+        /// request also reserves from the pool and settles its reservation.
+        #[arg(long)]
+        token_quota: Option<u64>,
     },
     /// Live calls: streams N simultaneous real-time calls of a fixture over AudioHook on
     /// loopback and measures end-of-speech to final-transcript latency and CPU use, for each N.
@@ -148,7 +152,8 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Gateway {
             requests,
             concurrency,
-        } => gateway(config, requests, concurrency),
+            token_quota,
+        } => gateway(config, requests, concurrency, token_quota),
         BenchCommand::Llm { runs, context } => llm(config, runs, context),
         BenchCommand::Analysis {
             set,
@@ -564,7 +569,12 @@ fn bench_store(config: &mut Config) -> callstream::config::StorageBackend {
     backend
 }
 
-pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::Result<()> {
+pub fn gateway(
+    config: &Config,
+    requests: usize,
+    concurrency: usize,
+    token_quota: Option<u64>,
+) -> anyhow::Result<()> {
     use warp::Filter;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -591,7 +601,7 @@ pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::
         config.llm.upstream.api_key = "bench".into();
         config.plans.insert(
             "bench".into(),
-            callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: None, audio_minutes_per_month: None },
+            callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: token_quota, audio_minutes_per_month: None },
         );
         let app = callstream::app::App::open(config)?;
         let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
@@ -610,7 +620,8 @@ pub fn gateway(config: &Config, requests: usize, concurrency: usize) -> anyhow::
         load(&client, &gateway_url, Some(&secret), &body, 50, concurrency).await?;
         let (direct, direct_wall) = load(&client, &direct_url, None, &body, requests, concurrency).await?;
         let (through, through_wall) = load(&client, &gateway_url, Some(&secret), &body, requests, concurrency).await?;
-        println!("{requests} requests, {concurrency} in flight, loopback, store {backend:?}");
+        let quota = token_quota.map_or("unlimited".to_owned(), |q| format!("{q} tokens a month"));
+        println!("{requests} requests, {concurrency} in flight, loopback, store {backend:?}, quota {quota}");
         println!("path       p50 ms  p99 ms  requests/s");
         println!("direct    {:>7.2} {:>7.2} {:>11.0}", percentile(&direct, 0.5), percentile(&direct, 0.99), requests as f64 / direct_wall);
         println!("gateway   {:>7.2} {:>7.2} {:>11.0}", percentile(&through, 0.5), percentile(&through, 0.99), requests as f64 / through_wall);

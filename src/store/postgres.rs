@@ -1135,9 +1135,9 @@ impl SharedState for PgStore {
         release: &[(&str, UsageKind, u64)],
     ) -> Result<(), UsageError> {
         // This database is the ledger too: the write and the release are one transaction,
-        // under the lock `callstream_reserve` takes per pool (taken in one order, so two
-        // settlements never wait on each other in a circle), so a reservation reads both
-        // or neither.
+        // holding the lock `callstream_reserve` takes alone per pool, shared (settlements go
+        // together; a reservation waits for those in flight, and reads both or neither).
+        // Locks are taken in one order, so settlements never wait on each other in a circle.
         let mut pools: Vec<(&str, UsageKind)> = release
             .iter()
             .filter(|(_, _, amount)| *amount > 0)
@@ -1150,7 +1150,7 @@ impl SharedState for PgStore {
                 let mut tx = conn.client.transaction().map_err(backend)?;
                 for (org_id, kind) in &pools {
                     tx.execute(
-                        "SELECT pg_advisory_xact_lock(hashtextextended(
+                        "SELECT pg_advisory_xact_lock_shared(hashtextextended(
                              'reserve/' || $1::text || '/' || ($2::smallint)::text, 0))",
                         &[org_id, &kind_i16(*kind)],
                     )

@@ -176,17 +176,45 @@ pub trait SharedState: Send + Sync {
 /// Entries kept in one process at most; past this the soonest to expire go first.
 const LOCAL_MAX_ENTRIES: usize = 100_000;
 
+/// Locks over the pools, each pool hashed to one: see [`Local`].
+const POOL_LOCKS: usize = 64;
+
 /// [`SharedState`] in this process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Local {
     limiter: RateLimiter,
     // A std Mutex: a map operation per call, never held across an await.
     entries: Mutex<HashMap<(Space, String), (String, i64)>>,
-    // A std Mutex: held for one ledger read or write, never across an await.
+    // A std Mutex: held for one ledger read, never across an await.
     reserved: Mutex<HashMap<(String, UsageKind), u64>>,
+    // Per pool (hashed): a reservation takes it alone, to read the ledger and the
+    // reservations as they stand; settlements take it together, so they share their fsyncs,
+    // and a reservation waits for those in flight. Never held across an await.
+    pools: Vec<std::sync::RwLock<()>>,
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Self {
+            limiter: RateLimiter::default(),
+            entries: Mutex::default(),
+            reserved: Mutex::default(),
+            pools: (0..POOL_LOCKS)
+                .map(|_| std::sync::RwLock::new(()))
+                .collect(),
+        }
+    }
 }
 
 impl Local {
+    /// Which of the pool locks `org_id`'s `kind` pool takes.
+    fn pool_lock(&self, org_id: &str, kind: UsageKind) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (org_id, kind.tag()).hash(&mut hasher);
+        (hasher.finish() % POOL_LOCKS as u64) as usize
+    }
+
     fn reserved(&self) -> std::sync::MutexGuard<'_, HashMap<(String, UsageKind), u64>> {
         self.reserved
             .lock()
@@ -268,6 +296,9 @@ impl SharedState for Local {
         let Some(quota) = pool.quota else {
             return Ok(Some(want));
         };
+        let _alone = self.pools[self.pool_lock(pool.org_id, pool.kind)]
+            .write()
+            .expect("pool lock is never poisoned: no panics inside");
         let mut reserved = self.reserved();
         let key = (pool.org_id.to_owned(), pool.kind);
         let held = reserved.get(&key).copied().unwrap_or(0);
@@ -298,10 +329,25 @@ impl SharedState for Local {
         usage: Write<'_>,
         release: &[(&str, UsageKind, u64)],
     ) -> Result<(), UsageError> {
-        // `reserve` reads the ledger under this lock: it sees the write and the release
-        // together or neither.
-        let mut reserved = self.reserved();
+        // `reserve` reads the ledger holding its pool's lock alone: it sees the write and
+        // the release together or neither. Locks are taken in one order, each once.
+        let mut locks: Vec<usize> = release
+            .iter()
+            .filter(|(_, _, amount)| *amount > 0)
+            .map(|(org_id, kind, _)| self.pool_lock(org_id, *kind))
+            .collect();
+        locks.sort_unstable();
+        locks.dedup();
+        let _shared: Vec<_> = locks
+            .into_iter()
+            .map(|i| {
+                self.pools[i]
+                    .read()
+                    .expect("pool lock is never poisoned: no panics inside")
+            })
+            .collect();
         usage.to(ledger)?;
+        let mut reserved = self.reserved();
         for (org_id, kind, amount) in release {
             give_back(&mut reserved, org_id, *kind, *amount);
         }
