@@ -180,7 +180,7 @@ pub async fn analyse_checked(
     }
     let mut completion = generate_fitted(provider, kind, layout, transcript, seller, None).await?;
     let mut value = parse_answer(kind, &completion)?;
-    tracing::debug!(?kind, answer = %completion.text.trim(), "analysis answered");
+    tracing::debug!(?kind, answer = %completion.text.trim(), odds = ?completion.odds.first(), "analysis answered");
     if kind == ProfileKind::Intent && unsure_of_no_fit(&value, &completion.odds) {
         let spent = completion.usage;
         completion =
