@@ -594,6 +594,27 @@ fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
     assert_eq!(other.rate("key:k2", 30, now).unwrap(), Ok(()));
 }
 
+/// `org_a`'s `kind` pool in November 2026, of `quota`.
+fn november(kind: UsageKind, quota: u64) -> super::shared::PoolRef<'static> {
+    super::shared::PoolRef {
+        org_id: "org_a",
+        kind,
+        quota: Some(quota),
+        first_day: "2026-11-01",
+        last_day: "2026-11-30",
+    }
+}
+
+/// What `store`'s ledger holds of `org_a`'s `kind` in November 2026.
+fn used_in_november(store: &dyn Store, kind: UsageKind) -> Result<u64, StoreError> {
+    Ok(store
+        .usage_by_day("org_a", "2026-11-01", "2026-11-30")?
+        .iter()
+        .filter(|d| d.kind == kind)
+        .map(|d| d.amount)
+        .sum())
+}
+
 /// Reservations from many threads on two instances never take more than is left, and each
 /// instance gives back what it took.
 fn reservations_never_share_a_remainder(b: &dyn Backend) {
@@ -608,20 +629,8 @@ fn reservations_never_share_a_remainder(b: &dyn Backend) {
         .unwrap();
     let (a, other) = b.shared_pair();
     let reserve = |instance: &Arc<dyn SharedState>| {
-        let pool = super::shared::PoolRef {
-            org_id: "org_a",
-            kind: UsageKind::Tokens,
-            quota: Some(5_000),
-            first_day: "2026-11-01",
-            last_day: "2026-11-30",
-        };
-        let used = || {
-            Ok(store
-                .usage_by_day("org_a", "2026-11-01", "2026-11-30")?
-                .iter()
-                .map(|d| d.amount)
-                .sum())
-        };
+        let used = || used_in_november(store.as_ref(), UsageKind::Tokens);
+        let pool = november(UsageKind::Tokens, 5_000);
         instance.reserve(pool, 100, 100, &used).unwrap()
     };
     let granted: Vec<(usize, u64)> = std::thread::scope(|scope| {
@@ -687,21 +696,8 @@ fn settling_is_one_step_to_a_reservation(b: &dyn Backend) {
     let store = b.open();
     let ledger = SlowLedger(store.clone());
     let (a, other) = b.shared_pair();
-    let pool = super::shared::PoolRef {
-        org_id: "org_a",
-        kind: UsageKind::AudioMs,
-        quota: Some(QUOTA),
-        first_day: "2026-11-01",
-        last_day: "2026-11-30",
-    };
-    let used = || {
-        Ok(store
-            .usage_by_day("org_a", "2026-11-01", "2026-11-30")?
-            .iter()
-            .filter(|d| d.kind == UsageKind::AudioMs)
-            .map(|d| d.amount)
-            .sum())
-    };
+    let pool = november(UsageKind::AudioMs, QUOTA);
+    let used = || used_in_november(store.as_ref(), UsageKind::AudioMs);
     let working = std::sync::atomic::AtomicUsize::new(4);
     let looks = std::thread::scope(|scope| {
         for t in 0..4 {
@@ -757,13 +753,7 @@ fn settling_is_one_step_to_a_reservation(b: &dyn Backend) {
 fn a_failed_settlement_gives_nothing_back(b: &dyn Backend) {
     let store = b.open();
     let (a, _) = b.shared_pair();
-    let pool = super::shared::PoolRef {
-        org_id: "org_a",
-        kind: UsageKind::Tokens,
-        quota: Some(1_000),
-        first_day: "2026-11-01",
-        last_day: "2026-11-30",
-    };
+    let pool = november(UsageKind::Tokens, 1_000);
     assert_eq!(a.reserve(pool, 600, 600, &|| Ok(0)).unwrap(), Some(600));
     // A ledger that refuses it, or, where the database writes its ledger itself, a text it
     // cannot hold.
@@ -842,13 +832,7 @@ fn reservations_of_a_gone_instance_are_freed() {
              INSERT INTO reservations VALUES ('inst_crashed', 'org_a', 97, 20000);",
         )
         .unwrap();
-    let pool = super::shared::PoolRef {
-        org_id: "org_a",
-        kind: UsageKind::AudioMs,
-        quota: Some(60_000),
-        first_day: "2026-11-01",
-        last_day: "2026-11-30",
-    };
+    let pool = november(UsageKind::AudioMs, 60_000);
     assert_eq!(UsageKind::AudioMs.tag(), b'a'); // 97 above
     assert_eq!(
         graceful.reserve(pool, 30_000, 1, &|| Ok(0)).unwrap(),
