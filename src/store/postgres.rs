@@ -833,7 +833,10 @@ impl Store for PgStore {
 impl UsageSink for PgStore {
     fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
         self.pool
-            .with(|conn| write_event(&mut conn.client, event).map_err(backend))
+            .with(|conn| {
+                let record = conn.statement(RECORD_SQL).map_err(backend)?;
+                write_event(&mut conn.client, &record, event).map_err(backend)
+            })
             .map_err(UsageError::from)
     }
 
@@ -851,19 +854,36 @@ impl UsageSink for PgStore {
     }
 }
 
-/// Appends `event` to the ledger and its day total.
-fn write_event(client: &mut impl GenericClient, event: &UsageEvent) -> Result<(), postgres::Error> {
-    // One statement, so one transaction of its own: the ledger row and its day total.
+/// Appends a usage event to the ledger and its day total, in one statement:
+/// `$1` organisation, `$2` at (ms), `$3` kind, `$4` amount, `$5` the event, `$6` its day.
+const RECORD_SQL: &str = "WITH ledger AS (
+         INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
+         VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)
+     )
+     INSERT INTO usage_daily (org_id, day, kind, amount)
+     SELECT $1, $6, $3, $4 WHERE $4 > 0
+     ON CONFLICT (org_id, day, kind)
+     DO UPDATE SET amount = usage_daily.amount + EXCLUDED.amount";
+
+/// Takes `$4` off instance `$1`'s reservation of organisation `$2`'s pool `$3`.
+const RELEASE_SQL: &str = "UPDATE reservations SET amount = GREATEST(amount - $4, 0)
+     WHERE instance_id = $1 AND org_id = $2 AND kind = $3";
+
+/// The lock `callstream_reserve` takes alone on organisation `$1`'s pool `$2`, shared, until
+/// the transaction ends.
+const POOL_SHARED_SQL: &str = "SELECT pg_advisory_xact_lock_shared(hashtextextended(
+     'reserve/' || $1::text || '/' || ($2::smallint)::text, 0))";
+
+/// Appends `event` to the ledger and its day total with `record` (prepared [`RECORD_SQL`]):
+/// one statement, so both or neither.
+fn write_event(
+    client: &mut impl GenericClient,
+    record: &Statement,
+    event: &UsageEvent,
+) -> Result<(), postgres::Error> {
     client
         .query(
-            "WITH ledger AS (
-                 INSERT INTO usage_ledger (org_id, at_ms, seq, kind, amount, event)
-                 VALUES ($1, $2, nextval('usage_ledger_seq'), $3, $4, $5)
-             )
-             INSERT INTO usage_daily (org_id, day, kind, amount)
-             SELECT $1, $6, $3, $4 WHERE $4 > 0
-             ON CONFLICT (org_id, day, kind)
-             DO UPDATE SET amount = usage_daily.amount + EXCLUDED.amount",
+            record,
             &[
                 &event.org_id,
                 &event.at_ms,
@@ -929,18 +949,17 @@ fn write_totals(
     Ok(())
 }
 
-/// Takes `amount` off this instance's reservation of a pool.
-fn give_back(
+/// Takes `amount` off `instance`'s reservation of a pool with `release` (prepared
+/// [`RELEASE_SQL`]).
+fn release_held(
     client: &mut impl GenericClient,
+    release: &Statement,
     instance: &str,
-    org_id: &str,
-    kind: UsageKind,
-    amount: u64,
+    (org_id, kind, amount): (&str, UsageKind, u64),
 ) -> Result<(), postgres::Error> {
     client
         .execute(
-            "UPDATE reservations SET amount = GREATEST(amount - $4, 0)
-             WHERE instance_id = $1 AND org_id = $2 AND kind = $3",
+            release,
             &[&instance, &org_id, &kind_i16(kind), &amount_i64(amount)],
         )
         .map(drop)
@@ -1124,7 +1143,14 @@ impl SharedState for PgStore {
             return Ok(());
         }
         self.pool.with(|conn| {
-            give_back(&mut conn.client, &self.instance, org_id, kind, amount).map_err(backend)
+            let release = conn.statement(RELEASE_SQL).map_err(backend)?;
+            release_held(
+                &mut conn.client,
+                &release,
+                &self.instance,
+                (org_id, kind, amount),
+            )
+            .map_err(backend)
         })
     }
 
@@ -1147,22 +1173,21 @@ impl SharedState for PgStore {
         pools.dedup();
         self.pool
             .with(|conn| {
+                let lock = conn.statement(POOL_SHARED_SQL).map_err(backend)?;
+                let record = conn.statement(RECORD_SQL).map_err(backend)?;
+                let give_back = conn.statement(RELEASE_SQL).map_err(backend)?;
                 let mut tx = conn.client.transaction().map_err(backend)?;
                 for (org_id, kind) in &pools {
-                    tx.execute(
-                        "SELECT pg_advisory_xact_lock_shared(hashtextextended(
-                             'reserve/' || $1::text || '/' || ($2::smallint)::text, 0))",
-                        &[org_id, &kind_i16(*kind)],
-                    )
-                    .map_err(backend)?;
+                    tx.execute(&lock, &[org_id, &kind_i16(*kind)])
+                        .map_err(backend)?;
                 }
                 match usage {
-                    Write::Event(event) => write_event(&mut tx, event),
+                    Write::Event(event) => write_event(&mut tx, &record, event),
                     Write::Totals(totals) => write_totals(&mut tx, totals),
                 }
                 .map_err(backend)?;
-                for (org_id, kind, amount) in release.iter().filter(|r| r.2 > 0) {
-                    give_back(&mut tx, &self.instance, org_id, *kind, *amount).map_err(backend)?;
+                for held in release.iter().filter(|r| r.2 > 0) {
+                    release_held(&mut tx, &give_back, &self.instance, *held).map_err(backend)?;
                 }
                 tx.commit().map_err(backend)
             })
