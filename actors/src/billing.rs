@@ -194,23 +194,21 @@ impl BillingState {
                 at_ms,
                 call_id: Some(id.clone()),
             });
-            written.push((id.clone(), at_ms, before + due, due));
+            // What the call gives back of its lease, in the same step as the write.
+            let give_back = due.min(m.outstanding_ms());
+            written.push((id.clone(), at_ms, before + due, due, give_back));
         }
         let mut result = Ok(());
         if !rows.is_empty() {
-            // What each written call gives back of its lease, in the same step as the write.
-            let release: Vec<(String, u64)> = written
-                .iter()
-                .filter_map(|(id, _, _, due)| self.calls.get(id).map(|m| (m, *due)))
-                .map(|(m, due)| (m.account.org_id.clone(), due.min(m.outstanding_ms())))
-                .filter(|(_, ms)| *ms > 0)
-                .collect();
+            let given: Vec<u64> = written.iter().map(|w| w.4).collect();
             let (sink, gate) = (self.args.sink.clone(), self.args.gate.clone());
             // The sink ends in an fsync: keep it off the async workers.
             let outcome = tokio::task::spawn_blocking(move || {
-                let release: Vec<(&str, u64)> = release
+                let release: Vec<(&str, u64)> = rows
                     .iter()
-                    .map(|(org, ms)| (org.as_str(), *ms))
+                    .zip(given)
+                    .filter(|(_, ms)| *ms > 0)
+                    .map(|(row, ms)| (row.org_id.as_str(), ms))
                     .collect();
                 gate.checkpoint(sink.as_ref(), &rows, &release)
             })
@@ -218,12 +216,12 @@ impl BillingState {
             .unwrap_or_else(|e| Err(UsageError::Store(format!("billing write task failed: {e}"))));
             match outcome {
                 Ok(()) => {
-                    for (id, at_ms, total, due) in written {
+                    for (id, at_ms, total, due, give_back) in written {
                         if let Some(m) = self.calls.get_mut(&id) {
                             m.row_at_ms = at_ms;
                             m.row_ms = total;
                             m.billed_ms += due;
-                            m.released_ms += due.min(m.outstanding_ms());
+                            m.released_ms += give_back;
                         }
                     }
                 }
