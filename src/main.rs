@@ -289,9 +289,25 @@ fn serve(config: Config) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         server.stop().await;
         app.shared.stop_instance();
+        // The model's thread ends before the process does (see `Provider::stop`).
+        if !app.llm.stop(ENGINE_STOP_WAIT) {
+            tracing::error!(
+                within_s = ENGINE_STOP_WAIT.as_secs(),
+                "the model did not stop; leaving without the exit handlers"
+            );
+            // SAFETY: `_exit` ends the process at once. It skips the exit handlers, which
+            // would tear the engine's static state down under its running thread; what the
+            // service acknowledged is on disk already (every store write is durable when it
+            // returns), and the log is unbuffered standard error.
+            unsafe { libc::_exit(1) }
+        }
         Ok(())
     })
 }
+
+/// How long a stopping service waits for the model to give up its work and free itself
+/// (a decode in progress ends its chunk of prompt first).
+const ENGINE_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Stops taking new calls and sessions (the readiness check says so) and lets the live calls
 /// in progress run on, until they have all ended, `within` has passed, or another signal comes.

@@ -83,6 +83,59 @@ async fn analyses_on_the_embedded_model() {
     evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
     a_warm_up_yields_to_a_request(&llm).await;
     a_transcript_longer_than_the_window_is_analysed_without_its_middle(&llm).await;
+    // Last: the model is stopped for good.
+    a_stopped_model_gives_up_its_work_and_ends(&llm).await;
+}
+
+/// Stopping the model (as the service does before it exits) gives up a warm-up under way at
+/// its next chunk and ends the model's thread; later requests fail at once.
+async fn a_stopped_model_gives_up_its_work_and_ends(llm: &EmbeddedLlm) {
+    use callstream::llm::{Generation, LlmError, Message, Role, Sampling};
+    // About 3,000 tokens: many chunks of prompt.
+    let long = "Name four seasons. ".repeat(600);
+    let before = llm.prompt_stats();
+    llm.warm(vec![
+        Message::new(Role::System, "You are a warm-up."),
+        Message::new(Role::User, long),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while llm.prompt_stats().evaluated == before.evaluated {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the warm-up never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(
+        llm.stop(std::time::Duration::from_secs(120)),
+        "the model thread did not end"
+    );
+    let after = llm.prompt_stats();
+    assert_eq!(after.warmed, before.warmed, "the warm-up ran to its end");
+    assert!(
+        after.evaluated - before.evaluated < 2_000,
+        "{} prompt tokens evaluated: the warm-up was not given up",
+        after.evaluated - before.evaluated
+    );
+    // Stopped already: at once, and for good.
+    assert!(llm.stop(std::time::Duration::ZERO));
+    let refused = llm
+        .generate(
+            Generation {
+                messages: vec![Message::new(Role::User, "Say yes.")],
+                tools: Vec::new(),
+                sampling: Sampling {
+                    max_tokens: 4,
+                    temperature: 0.0,
+                    ..Default::default()
+                },
+                json_schema: None,
+                odds: None,
+            },
+            None,
+        )
+        .await;
+    assert!(matches!(refused, Err(LlmError::Engine(_))), "{refused:?}");
 }
 
 /// A structured answer needs room for all of its tokens; a transcript too long for the window

@@ -14,12 +14,18 @@
 //! the longest prefix it shares with the prompt in the context or with a kept snapshot of an
 //! earlier one. A profile's system prompt is the same for every transcript, a live call's
 //! transcript grows at its end, and a chat gains a turn at a time.
+//!
+//! The model is stopped before the process exits ([`Provider::stop`], and on drop): the
+//! thread gives up what it evaluates at its next chunk or token and frees the engine. A
+//! llama.cpp thread still decoding when the process exits crashes it, as the exit tears
+//! down the engine's static state under that thread.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -45,6 +51,9 @@ const TOOL_OPEN: &str = "<tool_call>";
 const TOOL_CLOSE: &str = "</tool_call>";
 /// Prompt tokens decoded per llama.cpp call.
 const PROMPT_CHUNK: usize = 512;
+/// Prompt tokens decoded per llama.cpp call by a warm-up: smaller, as a warm-up in progress
+/// finishes its chunk before it yields to a request or to the model stopping.
+const WARM_CHUNK: usize = 128;
 
 /// Settings of the embedded model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,12 +84,24 @@ struct Job {
 /// later work, and the next one for the same conversation covers what a dropped one would).
 const WARM_QUEUE: usize = 64;
 
+/// How long dropping the model waits for its thread to stop (a decode in progress finishes
+/// its chunk of [`PROMPT_CHUNK`] tokens first).
+const DROP_WAIT: Duration = Duration::from_secs(10);
+
 /// The embedded llama.cpp model behind its queue.
 pub struct EmbeddedLlm {
-    jobs: Sender<Job>,
+    /// Taken when the model stops: a request then fails at once, and one queued before is
+    /// answered or dropped with the queue, never left waiting.
+    jobs: Mutex<Option<Sender<Job>>>,
     warm: Sender<Generation>,
     name: String,
     stats: Arc<Counters>,
+    /// Set when the model stops: work in progress gives up at its next chunk or token.
+    stopping: Arc<AtomicBool>,
+    /// Dropped when the model stops, which wakes the thread if it waits for work.
+    wake: Mutex<Option<Sender<()>>>,
+    /// Disconnected once the thread has freed the engine and ended.
+    ended: Receiver<()>,
 }
 
 /// Prompt tokens the model evaluated and reused from earlier prompts, since it was loaded.
@@ -123,18 +144,33 @@ impl EmbeddedLlm {
         let path = path.to_owned();
         let stats = Arc::new(Counters::default());
         let counters = stats.clone();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (wake, woken) = bounded::<()>(0);
+        let (ending, ended) = bounded::<()>(0);
+        let quit = Quit {
+            stopping: stopping.clone(),
+            woken,
+        };
         std::thread::Builder::new()
             .name("llm".into())
-            .spawn(move || worker(&path, &config, &rx, &warm_rx, &ready_tx, counters))
+            .spawn(move || {
+                // Dropped last, once the worker has freed the engine and the queues are gone.
+                let _ending = ending;
+                let (rx, warm_rx, quit) = (rx, warm_rx, quit);
+                worker(&path, &config, &rx, &warm_rx, &quit, &ready_tx, counters);
+            })
             .map_err(|e| LlmError::Engine(format!("cannot start the model thread: {e}")))?;
         ready_rx
             .recv()
             .map_err(|_| LlmError::Engine("the model thread died while loading".into()))??;
         Ok(Self {
-            jobs,
+            jobs: Mutex::new(Some(jobs)),
             warm,
             name,
             stats,
+            stopping,
+            wake: Mutex::new(Some(wake)),
+            ended,
         })
     }
 
@@ -173,11 +209,16 @@ impl Provider for EmbeddedLlm {
         deltas: Deltas,
     ) -> Result<Completion, LlmError> {
         let (done, result) = oneshot::channel();
-        match self.jobs.try_send(Job {
+        let job = Job {
             generation,
             deltas,
             done: Some(done),
-        }) {
+        };
+        let sent = match lock(&self.jobs).as_ref() {
+            Some(jobs) => jobs.try_send(job),
+            None => Err(TrySendError::Disconnected(job)),
+        };
+        match sent {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(LlmError::Busy),
             Err(TrySendError::Disconnected(_)) => {
@@ -200,16 +241,55 @@ impl Provider for EmbeddedLlm {
     fn prefill(&self, messages: Vec<Message>) {
         self.warm(messages);
     }
+
+    fn stop(&self, within: Duration) -> bool {
+        self.stopping.store(true, Ordering::SeqCst);
+        lock(&self.jobs).take();
+        lock(&self.wake).take();
+        // Nothing is ever sent: the receive ends when the thread drops its sender.
+        !matches!(
+            self.ended.recv_timeout(within),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        )
+    }
+}
+
+impl Drop for EmbeddedLlm {
+    fn drop(&mut self) {
+        if !self.stop(DROP_WAIT) {
+            tracing::warn!("the model thread did not stop in time");
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What tells the model thread to stop: the flag work in progress checks, and the channel
+/// whose disconnection wakes the thread from waiting for work.
+struct Quit {
+    stopping: Arc<AtomicBool>,
+    woken: Receiver<()>,
+}
+
+impl Quit {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
 }
 
 /// The next piece of work: a request whenever one waits, else a warm-up; `None` once the
-/// model is dropped.
-fn next_job(jobs: &Receiver<Job>, warm: &Receiver<Generation>) -> Option<Job> {
+/// model stops.
+fn next_job(jobs: &Receiver<Job>, warm: &Receiver<Generation>, quit: &Quit) -> Option<Job> {
     let warm_up = |generation| Job {
         generation,
         deltas: None,
         done: None,
     };
+    if quit.stopping() {
+        return None;
+    }
     if let Ok(job) = jobs.try_recv() {
         return Some(job);
     }
@@ -219,6 +299,7 @@ fn next_job(jobs: &Receiver<Job>, warm: &Receiver<Generation>) -> Option<Job> {
     crossbeam_channel::select! {
         recv(jobs) -> job => job.ok(),
         recv(warm) -> generation => generation.ok().map(warm_up),
+        recv(quit.woken) -> _ => None,
     }
 }
 
@@ -227,6 +308,7 @@ fn worker(
     config: &EmbeddedConfig,
     jobs: &Receiver<Job>,
     warm: &Receiver<Generation>,
+    quit: &Quit,
     ready: &Sender<Result<(), LlmError>>,
     counters: Arc<Counters>,
 ) {
@@ -269,17 +351,21 @@ fn worker(
         generation,
         deltas,
         done,
-    }) = next_job(jobs, warm)
+    }) = next_job(jobs, warm, quit)
     {
         // A requester that has gone (a REST client that hung up) gets no model time.
         if done.as_ref().is_some_and(oneshot::Sender::is_closed) {
             continue;
         }
         // A request is given up when its requester has gone; a warm-up yields as soon as a
-        // request waits (what it evaluated so far stays in the context for reuse).
-        let abandoned = || match &done {
-            Some(done) => done.is_closed(),
-            None => !jobs.is_empty(),
+        // request waits (what it evaluated so far stays in the context for reuse); both
+        // when the model stops.
+        let abandoned = || {
+            quit.stopping()
+                || match &done {
+                    Some(done) => done.is_closed(),
+                    None => !jobs.is_empty(),
+                }
         };
         let result = generate(
             &model,
@@ -307,6 +393,12 @@ fn worker(
                     cache.counters.warmed.fetch_add(1, Ordering::Relaxed);
                 }
             },
+        }
+    }
+    // Stopped: requests still queued are answered, not left waiting.
+    while let Ok(job) = jobs.try_recv() {
+        if let Some(done) = job.done {
+            let _ = done.send(Err(LlmError::Engine("the model thread stopped".into())));
         }
     }
 }
@@ -455,9 +547,14 @@ fn generate(
 
     let started = std::time::Instant::now();
     let reused = cache.prepare(ctx, &tokens);
+    let step = if generation.sampling.max_tokens == 0 {
+        WARM_CHUNK
+    } else {
+        PROMPT_CHUNK
+    };
     let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
-    for (chunk_index, chunk) in tokens[reused..].chunks(PROMPT_CHUNK).enumerate() {
-        let base = reused + chunk_index * PROMPT_CHUNK;
+    for (chunk_index, chunk) in tokens[reused..].chunks(step).enumerate() {
+        let base = reused + chunk_index * step;
         if chunk_index > 0 && abandoned() {
             // Counted as evaluated when the prompt was prepared; the rest never was.
             cache

@@ -317,4 +317,14 @@ pub trait Provider: Send + Sync {
     fn prefill(&self, messages: Vec<Message>) {
         let _ = messages;
     }
+
+    /// Stops the model for good: work in progress is given up and the engine is freed, on
+    /// its own thread, within `within`. True once nothing of the model runs any more (at
+    /// once for a model that runs nothing here, an upstream server). The process must not
+    /// exit while an engine thread still runs: its exit tears down the engine's static
+    /// state under it.
+    fn stop(&self, within: std::time::Duration) -> bool {
+        let _ = within;
+        true
+    }
 }
