@@ -90,22 +90,8 @@ async fn analyses_on_the_embedded_model() {
 /// Stopping the model (as the service does before it exits) gives up a warm-up under way at
 /// its next chunk and ends the model's thread; later requests fail at once.
 async fn a_stopped_model_gives_up_its_work_and_ends(llm: &EmbeddedLlm) {
-    use callstream::llm::{Generation, LlmError, Message, Role, Sampling};
-    // About 3,000 tokens: many chunks of prompt.
-    let long = "Name four seasons. ".repeat(600);
-    let before = llm.prompt_stats();
-    llm.warm(vec![
-        Message::new(Role::System, "You are a warm-up."),
-        Message::new(Role::User, long),
-    ]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while llm.prompt_stats().evaluated == before.evaluated {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the warm-up never ran"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    use callstream::llm::LlmError;
+    let before = start_a_long_warm_up(llm, "Name four seasons. ").await;
     assert!(
         llm.stop(std::time::Duration::from_secs(120)),
         "the model thread did not end"
@@ -119,23 +105,57 @@ async fn a_stopped_model_gives_up_its_work_and_ends(llm: &EmbeddedLlm) {
     );
     // Stopped already: at once, and for good.
     assert!(llm.stop(std::time::Duration::ZERO));
-    let refused = llm
-        .generate(
-            Generation {
-                messages: vec![Message::new(Role::User, "Say yes.")],
-                tools: Vec::new(),
-                sampling: Sampling {
-                    max_tokens: 4,
-                    temperature: 0.0,
-                    ..Default::default()
-                },
-                json_schema: None,
-                odds: None,
-            },
-            None,
-        )
-        .await;
+    let refused = say_yes(llm).await;
     assert!(matches!(refused, Err(LlmError::Engine(_))), "{refused:?}");
+}
+
+/// Starts a warm-up of about 3,000 tokens (`phrase` repeated: several prompt chunks) and
+/// returns once it has begun (its prompt is counted before its first chunk is evaluated),
+/// with the model's counts from before it.
+async fn start_a_long_warm_up(
+    llm: &EmbeddedLlm,
+    phrase: &str,
+) -> callstream::llm::embedded::PromptStats {
+    use callstream::llm::{Message, Role};
+    let before = llm.prompt_stats();
+    llm.warm(vec![
+        Message::new(Role::System, "You are a warm-up."),
+        Message::new(Role::User, phrase.repeat(600)),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while llm.prompt_stats().evaluated == before.evaluated {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the warm-up never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    before
+}
+
+/// A short request: at most four tokens in answer to "Say yes.".
+async fn say_yes(
+    llm: &EmbeddedLlm,
+) -> Result<callstream::llm::Completion, callstream::llm::LlmError> {
+    use callstream::llm::{Generation, Message, Role, Sampling};
+    llm.generate(
+        Generation {
+            messages: vec![
+                Message::new(Role::System, "You are terse."),
+                Message::new(Role::User, "Say yes."),
+            ],
+            tools: Vec::new(),
+            sampling: Sampling {
+                max_tokens: 4,
+                temperature: 0.0,
+                ..Default::default()
+            },
+            json_schema: None,
+            odds: None,
+        },
+        None,
+    )
+    .await
 }
 
 /// A structured answer needs room for all of its tokens; a transcript too long for the window
@@ -188,43 +208,8 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
 /// A warm-up under way stops at its next prompt chunk when a request arrives: the request is
 /// answered without waiting for the whole warm-up, which is not evaluated to its end.
 async fn a_warm_up_yields_to_a_request(llm: &EmbeddedLlm) {
-    use callstream::llm::{Generation, Message, Role, Sampling};
-    // About 3,000 tokens: six chunks of prompt.
-    let long = "Name three colours. ".repeat(600);
-    let before = llm.prompt_stats();
-    llm.warm(vec![
-        Message::new(Role::System, "You are a warm-up."),
-        Message::new(Role::User, long),
-    ]);
-    // The warm-up has begun once its prompt is counted (before its first chunk is evaluated).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while llm.prompt_stats().evaluated == before.evaluated {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the warm-up never ran"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    let answer = llm
-        .generate(
-            Generation {
-                messages: vec![
-                    Message::new(Role::System, "You are terse."),
-                    Message::new(Role::User, "Say yes."),
-                ],
-                tools: Vec::new(),
-                sampling: Sampling {
-                    max_tokens: 4,
-                    temperature: 0.0,
-                    ..Default::default()
-                },
-                json_schema: None,
-                odds: None,
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    let before = start_a_long_warm_up(llm, "Name three colours. ").await;
+    let answer = say_yes(llm).await.unwrap();
     let after = llm.prompt_stats();
     assert_eq!(after.warmed, before.warmed, "the warm-up ran to its end");
     let evaluated = after.evaluated - before.evaluated;
