@@ -90,16 +90,14 @@ const DROP_WAIT: Duration = Duration::from_secs(10);
 
 /// The embedded llama.cpp model behind its queue.
 pub struct EmbeddedLlm {
-    /// Taken when the model stops: a request then fails at once, and one queued before is
-    /// answered or dropped with the queue, never left waiting.
+    /// Taken when the model stops: a request then fails at once, one queued before is
+    /// answered, never left waiting, and the thread, if it waits for work, wakes up.
     jobs: Mutex<Option<Sender<Job>>>,
     warm: Sender<Generation>,
     name: String,
     stats: Arc<Counters>,
     /// Set when the model stops: work in progress gives up at its next chunk or token.
     stopping: Arc<AtomicBool>,
-    /// Dropped when the model stops, which wakes the thread if it waits for work.
-    wake: Mutex<Option<Sender<()>>>,
     /// Disconnected once the thread has freed the engine and ended.
     ended: Receiver<()>,
 }
@@ -145,12 +143,8 @@ impl EmbeddedLlm {
         let stats = Arc::new(Counters::default());
         let counters = stats.clone();
         let stopping = Arc::new(AtomicBool::new(false));
-        let (wake, woken) = bounded::<()>(0);
+        let quit = stopping.clone();
         let (ending, ended) = bounded::<()>(0);
-        let quit = Quit {
-            stopping: stopping.clone(),
-            woken,
-        };
         std::thread::Builder::new()
             .name("llm".into())
             .spawn(move || {
@@ -169,7 +163,6 @@ impl EmbeddedLlm {
             name,
             stats,
             stopping,
-            wake: Mutex::new(Some(wake)),
             ended,
         })
     }
@@ -245,7 +238,6 @@ impl Provider for EmbeddedLlm {
     fn stop(&self, within: Duration) -> bool {
         self.stopping.store(true, Ordering::SeqCst);
         lock(&self.jobs).take();
-        lock(&self.wake).take();
         // Nothing is ever sent: the receive ends when the thread drops its sender.
         !matches!(
             self.ended.recv_timeout(within),
@@ -266,28 +258,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// What tells the model thread to stop: the flag work in progress checks, and the channel
-/// whose disconnection wakes the thread from waiting for work.
-struct Quit {
-    stopping: Arc<AtomicBool>,
-    woken: Receiver<()>,
-}
-
-impl Quit {
-    fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
-    }
-}
-
 /// The next piece of work: a request whenever one waits, else a warm-up; `None` once the
-/// model stops.
-fn next_job(jobs: &Receiver<Job>, warm: &Receiver<Generation>, quit: &Quit) -> Option<Job> {
+/// model stops (`quit` is set, and the request queue has no sender left).
+fn next_job(jobs: &Receiver<Job>, warm: &Receiver<Generation>, quit: &AtomicBool) -> Option<Job> {
     let warm_up = |generation| Job {
         generation,
         deltas: None,
         done: None,
     };
-    if quit.stopping() {
+    if quit.load(Ordering::SeqCst) {
         return None;
     }
     if let Ok(job) = jobs.try_recv() {
@@ -299,7 +278,6 @@ fn next_job(jobs: &Receiver<Job>, warm: &Receiver<Generation>, quit: &Quit) -> O
     crossbeam_channel::select! {
         recv(jobs) -> job => job.ok(),
         recv(warm) -> generation => generation.ok().map(warm_up),
-        recv(quit.woken) -> _ => None,
     }
 }
 
@@ -308,7 +286,7 @@ fn worker(
     config: &EmbeddedConfig,
     jobs: &Receiver<Job>,
     warm: &Receiver<Generation>,
-    quit: &Quit,
+    quit: &AtomicBool,
     ready: &Sender<Result<(), LlmError>>,
     counters: Arc<Counters>,
 ) {
@@ -361,7 +339,7 @@ fn worker(
         // request waits (what it evaluated so far stays in the context for reuse); both
         // when the model stops.
         let abandoned = || {
-            quit.stopping()
+            quit.load(Ordering::SeqCst)
                 || match &done {
                     Some(done) => done.is_closed(),
                     None => !jobs.is_empty(),
