@@ -190,14 +190,14 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
         "{TRANSCRIPT}\n{filler}Agent: So I will send the proposal on Friday.\n\
          Customer: Good, we need it before our contract ends in March.\n"
     );
-    let (bant, usage) = analyse(llm, ProfileKind::Bant, LIVE_LAYOUT, &long, Some("Agent"))
+    let analysis = analyse_checked(llm, ProfileKind::Bant, LIVE_LAYOUT, &long, Some("Agent"))
         .await
         .unwrap();
-    println!(
-        "bant of a long call ({} prompt tokens) {bant}",
-        usage.prompt_tokens
-    );
-    assert!(usage.prompt_tokens < 8192 - 1024, "{usage:?}");
+    let bant = analysis.record;
+    // The analysis's own prompt, without the checks of its evidence, fitted the window.
+    let prompt = analysis.usage.prompt_tokens - analysis.checked.usage.prompt_tokens;
+    println!("bant of a long call ({prompt} prompt tokens) {bant}");
+    assert!(prompt < 8192 - 1024, "{:?}", analysis.usage);
     for c in bant.as_object().unwrap().values() {
         for quote in c["evidence"].as_array().unwrap() {
             assert!(long.contains(quote.as_str().unwrap()), "{quote}");
@@ -261,10 +261,12 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .await
         .unwrap();
     println!(
-        "bant, every speaker counted: {} {:?}",
-        checked.record, checked.quotes
+        "bant, every speaker counted: {} {:?} {:?}",
+        checked.record, checked.quotes, checked.checked
     );
     assert!(checked.quotes.given >= 1, "{:?}", checked.quotes);
+    // The fields reported were checked: their quotes were sorted by topic.
+    assert!(checked.checked.sorted >= 1, "{:?}", checked.checked);
     assert_eq!(checked.quotes.verbatim, checked.quotes.given);
     assert_eq!(checked.quotes.aligned, 0);
     let sentences: Vec<&str> = TRANSCRIPT
@@ -369,17 +371,21 @@ async fn evaluated_for(
     kind: ProfileKind,
     layout: Layout,
     transcript: &str,
-) -> (u64, u64) {
+) -> (u64, u64, usize) {
     let before = llm.prompt_stats();
-    let (_, usage) = analyse(llm, kind, layout, transcript, Some("Agent"))
+    let analysis = analyse_checked(llm, kind, layout, transcript, Some("Agent"))
         .await
         .unwrap();
     let after = llm.prompt_stats();
     assert_eq!(
         after.evaluated - before.evaluated + after.reused - before.reused,
-        usage.prompt_tokens
+        analysis.usage.prompt_tokens
     );
-    (after.evaluated - before.evaluated, usage.prompt_tokens)
+    (
+        after.evaluated - before.evaluated,
+        analysis.usage.prompt_tokens,
+        analysis.checked.sorted,
+    )
 }
 
 async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(
@@ -388,7 +394,7 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
     let live = LIVE_LAYOUT;
     // The live intent prompt is evaluated already: a live intent analysis evaluates at most
     // the transcript.
-    let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
+    let (first, prompt, _) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
     assert!(
         first <= TRANSCRIPT.len() as u64 + 16,
         "{first} of {prompt} evaluated"
@@ -397,21 +403,23 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
     // all three were evaluated at the warm-up, the first analysis evaluates the transcript,
     // and the other two only the name of their task.
     let file = FILE_LAYOUT;
-    let (first, prompt) = evaluated_for(llm, ProfileKind::Intent, file, TRANSCRIPT).await;
+    let (first, prompt, _) = evaluated_for(llm, ProfileKind::Intent, file, TRANSCRIPT).await;
     assert!(
         first <= TRANSCRIPT.len() as u64 + 16,
         "{first} of {prompt} evaluated"
     );
+    // The check of their evidence sorts each quote with the check's own prompt, kept since
+    // the warm-up: only the quote is evaluated.
     for kind in [ProfileKind::Bant, ProfileKind::NeatP] {
-        let (evaluated, prompt) = evaluated_for(llm, kind, file, TRANSCRIPT).await;
+        let (evaluated, prompt, sorted) = evaluated_for(llm, kind, file, TRANSCRIPT).await;
         assert!(
-            evaluated <= 16,
-            "{kind:?}: {evaluated} of {prompt} evaluated"
+            evaluated <= 16 + 64 * sorted as u64,
+            "{kind:?}: {evaluated} of {prompt} evaluated, {sorted} quotes sorted"
         );
     }
     // Other prompts took the context; the live intent analysis of the same transcript
     // afterwards is found kept and evaluates next to nothing.
-    let (again, prompt) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
+    let (again, prompt, _) = evaluated_for(llm, ProfileKind::Intent, live, TRANSCRIPT).await;
     assert!(again <= 16, "{again} of {prompt} evaluated");
     // A live call whose transcript grows, while another conversation uses the model between
     // its analyses: only the new lines are evaluated.
@@ -438,7 +446,7 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
     };
     llm.generate(chat, None).await.unwrap();
     let new_bytes = (later.len() - early.len()) as u64;
-    let (evaluated, prompt) = evaluated_for(llm, ProfileKind::Intent, live, &later).await;
+    let (evaluated, prompt, _) = evaluated_for(llm, ProfileKind::Intent, live, &later).await;
     assert!(
         evaluated <= new_bytes + 16,
         "{evaluated} of {prompt} evaluated, {new_bytes} bytes new"
@@ -456,6 +464,6 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let (evaluated, prompt) = evaluated_for(llm, ProfileKind::Intent, live, &latest).await;
+    let (evaluated, prompt, _) = evaluated_for(llm, ProfileKind::Intent, live, &latest).await;
     assert!(evaluated <= 16, "{evaluated} of {prompt} evaluated");
 }

@@ -14,7 +14,7 @@ use anyhow::Context;
 use callstream::config::Config;
 use callstream::files::seller_label;
 use callstream::llm::profiles::{
-    analyse_checked, messages, Analysis, Layout, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
+    analyse_checked, messages, Analysis, Checked, Layout, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
 use callstream::llm::{Generation, Sampling};
@@ -218,6 +218,8 @@ struct Tally {
     /// Fields that came back identified or partial, by the model's confidence in tenths:
     /// how many were labelled present (identified or partial) and how many absent.
     reported: std::collections::BTreeMap<u32, (usize, usize)>,
+    /// What the check of the evidence by topic did, over every call.
+    checked: Checked,
 }
 
 impl Tally {
@@ -225,6 +227,7 @@ impl Tally {
         self.quotes_given += analysis.quotes.given;
         self.quotes_verbatim += analysis.quotes.verbatim;
         self.quotes_aligned += analysis.quotes.aligned;
+        self.checked += analysis.checked;
         for (field, status) in expected {
             let got = &analysis.record[field];
             let got_status = got["status"].as_str().unwrap_or("?");
@@ -448,6 +451,13 @@ fn quality(
             t.identified,
             t.invented,
             t.absent
+        );
+    }
+    for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
+        let c = t.checked;
+        println!(
+            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, left not_found {}",
+            c.sorted, c.dropped, c.repaired, c.cleared
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {

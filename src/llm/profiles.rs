@@ -22,6 +22,9 @@ use serde_json::Value;
 
 use super::{Generation, LlmError, Message, Odds, Provider, Role, Sampling, Usage};
 
+mod check;
+pub use check::Checked;
+
 /// The analyses the service runs over transcripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProfileKind {
@@ -176,6 +179,7 @@ pub async fn analyse_checked(
             record: no_speech_record(kind),
             usage: Usage::default(),
             quotes: Quotes::default(),
+            checked: Checked::default(),
         });
     }
     let mut completion = generate_fitted(provider, kind, layout, transcript, seller, None).await?;
@@ -189,18 +193,21 @@ pub async fn analyse_checked(
         value = parse_answer(kind, &completion)?;
         tracing::debug!(answer = %completion.text.trim(), "intent answered again, without `other`");
     }
-    let quotes = if kind == ProfileKind::Intent {
+    let (quotes, checked) = if kind == ProfileKind::Intent {
         weigh_intents(&mut value, &completion.odds);
-        Quotes::default()
+        Default::default()
     } else {
         let quotes = verify_evidence(&mut value, transcript, seller);
         weigh_statuses(&mut value, &completion.odds);
-        quotes
+        let checked = check::check_findings(provider, kind, &mut value, transcript, seller).await?;
+        completion.usage += checked.usage;
+        (quotes, checked)
     };
     Ok(Analysis {
         record: value,
         usage: completion.usage,
         quotes,
+        checked,
     })
 }
 
@@ -687,11 +694,13 @@ pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Mess
 }
 
 /// The starts that analyses share, for warming a model up: the live intent prompt up to the
-/// transcript, and the file analyses' prompt up to the transcript.
-pub fn warm_ups() -> [Vec<Message>; 2] {
+/// transcript, the file analyses' prompt up to the transcript, and the check of BANT and
+/// NEAT-P findings up to its question.
+pub fn warm_ups() -> [Vec<Message>; 3] {
     [
         messages(ProfileKind::Intent, LIVE_LAYOUT, ""),
         messages(ProfileKind::Intent, FILE_LAYOUT, ""),
+        check::instructions(),
     ]
 }
 
@@ -718,6 +727,8 @@ pub struct Analysis {
     pub usage: Usage,
     /// The evidence quotes, before the check.
     pub quotes: Quotes,
+    /// What the check of the evidence by topic did (BANT and NEAT-P).
+    pub checked: Checked,
 }
 
 /// The words of `s`: where each starts and ends, and its letters and digits in lower case.

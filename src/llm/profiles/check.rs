@@ -1,0 +1,469 @@
+//! A second look at the evidence of each BANT and NEAT-P finding. Reading a whole call, a
+//! small model reports fields nobody spoke of, resting them on a quote about something else:
+//! the buyer's budget given as the economic impact, a deadline as the priority. So each quote
+//! it gives is put to it again alone, without the rest of the call, to be sorted by topic
+//! (budget, decision, problem, timing, cost, ranking, other), and the model tells how likely
+//! each topic is. A quote unlikely to be about its field's topic is dropped. When none of a
+//! field's quotes is about it, the model often still named the right thing in its summary
+//! and only picked the wrong sentence: the buyer's sentences that share the most words with
+//! the summary are sorted in turn, and the first on the field's topic becomes its evidence.
+//! A field left without quotes is `not_found`.
+//!
+//! The check's instructions and worked examples are the same for every quote, so the embedded
+//! model evaluates them once (they are warmed up with the analyses' own) and each check only
+//! its quote.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use super::{ProfileKind, STATUSES};
+use crate::llm::{Generation, LlmError, Message, Odds, Provider, Role, Sampling, Usage};
+
+/// The topics a quote is sorted into, as the check's instructions define them.
+const TOPICS: [&str; 7] = [
+    "budget", "decision", "problem", "timing", "cost", "ranking", "other",
+];
+
+/// Where the model is about to write the topic.
+const TOPIC_AT: &str = "\"topic\":\"";
+
+/// Most tokens a check answers with (`{"topic":"decision"}` and some room).
+const ANSWER_TOKENS: u32 = 16;
+
+/// Least probability of its field's topic at which a quote stays evidence of the field.
+const ON_TOPIC: f32 = 0.1;
+
+/// Buyer sentences tried in place of a field's quotes when none of them is on its topic.
+const REPAIR_TRIES: usize = 2;
+
+/// Fewest words a sentence must share with a field's summary to be tried as its evidence.
+const MIN_SHARED: usize = 1;
+
+/// Words too common to tell what a sentence is about.
+const COMMON: [&str; 40] = [
+    "the", "and", "for", "are", "but", "not", "you", "our", "was", "has", "its", "can", "any",
+    "all", "this", "that", "with", "have", "they", "them", "their", "there", "what", "when",
+    "which", "would", "about", "from", "will", "been", "were", "your", "into", "than", "then",
+    "also", "just", "some", "customer", "buyer",
+];
+
+/// The words of `s` that say what it is about: no common words, plurals as singulars.
+fn content_words(s: &str) -> HashSet<String> {
+    super::words(s)
+        .into_iter()
+        .filter_map(|(_, _, w)| {
+            let stem = match w.strip_suffix('s') {
+                Some(stem) if stem.len() >= 3 => stem,
+                _ => &w,
+            };
+            let common = |w: &str| w.len() < 3 || COMMON.contains(&w);
+            (!common(&w) && !common(stem)).then(|| stem.to_owned())
+        })
+        .collect()
+}
+
+/// Of `sentences`, those sharing at least [`MIN_SHARED`] words with `summary`, the most
+/// first (the earlier of equals first).
+fn closest<'a>(summary: &str, sentences: &'a [String]) -> Vec<&'a str> {
+    let wanted = content_words(summary);
+    let mut scored: Vec<(usize, usize, &str)> = sentences
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            (
+                content_words(s).intersection(&wanted).count(),
+                i,
+                s.as_str(),
+            )
+        })
+        .filter(|&(shared, _, _)| shared >= MIN_SHARED)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().map(|(_, _, s)| s).collect()
+}
+
+/// The topic of `field` of a `kind` record.
+fn topic(kind: ProfileKind, field: &str) -> Option<&'static str> {
+    Some(match (kind, field) {
+        (ProfileKind::Bant, "budget") => "budget",
+        (ProfileKind::Bant, "authority") | (ProfileKind::NeatP, "access_to_authority") => {
+            "decision"
+        }
+        (_, "need") => "problem",
+        (_, "timeline") => "timing",
+        (ProfileKind::NeatP, "economic_impact") => "cost",
+        (ProfileKind::NeatP, "priority") => "ranking",
+        _ => return None,
+    })
+}
+
+/// A worked example of the check.
+#[derive(serde::Deserialize)]
+struct Example {
+    said: String,
+    topic: String,
+}
+
+fn answer(topic: &str) -> String {
+    serde_json::json!({ "topic": topic }).to_string()
+}
+
+/// The check's conversation up to the quote: its instructions, then the worked examples as
+/// earlier turns. The same for every check.
+pub(super) fn instructions() -> Vec<Message> {
+    let examples: Vec<Example> = serde_json::from_str(include_str!("check.examples.json"))
+        .expect("the check's examples are valid JSON (checked by a test)");
+    let mut messages = vec![Message::new(Role::System, include_str!("check.md"))];
+    for e in examples {
+        messages.push(Message::new(Role::User, e.said));
+        messages.push(Message::new(Role::Assistant, answer(&e.topic)));
+    }
+    messages
+}
+
+fn schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"topic": {"type": "string", "enum": TOPICS}},
+        "required": ["topic"],
+        "additionalProperties": false,
+    })
+}
+
+/// How likely each of [`TOPICS`] is as the topic of `quote`: the model's odds, or, from a
+/// model that does not tell them, certainty of the topic it answered.
+async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage), LlmError> {
+    let mut messages = instructions();
+    messages.push(Message::new(Role::User, quote));
+    let completion = provider
+        .generate(
+            Generation {
+                messages,
+                tools: Vec::new(),
+                sampling: Sampling {
+                    max_tokens: ANSWER_TOKENS,
+                    temperature: 0.0,
+                    ..Sampling::default()
+                },
+                json_schema: Some(schema()),
+                odds: Some(Odds {
+                    after: TOPIC_AT.to_owned(),
+                    words: TOPICS.iter().map(|s| s.to_string()).collect(),
+                }),
+            },
+            None,
+        )
+        .await?;
+    let odds = match completion.odds.first() {
+        Some(p) if p.len() == TOPICS.len() => p.clone(),
+        _ => {
+            let said = serde_json::from_str::<Value>(completion.text.trim())
+                .ok()
+                .and_then(|v| v["topic"].as_str().map(str::to_owned));
+            match said.and_then(|t| TOPICS.iter().position(|s| *s == t)) {
+                Some(at) => (0..TOPICS.len()).map(|i| f32::from(i == at)).collect(),
+                // No answer to go by: the quote stays.
+                None => vec![1.0; TOPICS.len()],
+            }
+        }
+    };
+    Ok((odds, completion.usage))
+}
+
+/// What the evidence check did to a record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// Quotes the model sorted by topic (each quote once).
+    pub sorted: usize,
+    /// Quotes dropped as not about their field.
+    pub dropped: usize,
+    /// Fields whose quotes were all dropped and that got a sentence closer to their summary.
+    pub repaired: usize,
+    /// Fields left without evidence, so `not_found`.
+    pub cleared: usize,
+    /// Tokens the check spent (also counted in the analysis's usage).
+    pub usage: Usage,
+}
+
+impl std::ops::AddAssign for Checked {
+    fn add_assign(&mut self, other: Self) {
+        self.sorted += other.sorted;
+        self.dropped += other.dropped;
+        self.repaired += other.repaired;
+        self.cleared += other.cleared;
+        self.usage += other.usage;
+    }
+}
+
+/// Checks the evidence of every field of `record` (a BANT or NEAT-P record of `transcript`
+/// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
+/// field's topic is dropped; a field left without one gets the first of the buyer's sentences
+/// (anyone's but the `seller`'s) closest to its summary that is on its topic, or becomes
+/// `not_found`. Returns what was done.
+pub(super) async fn check_findings(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    record: &mut Value,
+    transcript: &str,
+    seller: Option<&str>,
+) -> Result<Checked, LlmError> {
+    let mut checked = Checked::default();
+    let mut sorted: HashMap<String, Vec<f32>> = HashMap::new();
+    let (buyer, _) = super::quotable(transcript, seller);
+    let Some(fields) = record.as_object_mut() else {
+        return Ok(checked);
+    };
+    for (name, field) in fields.iter_mut() {
+        let status = field["status"].as_str().unwrap_or_default().to_owned();
+        if !STATUSES[..STATUSES.len() - 1].contains(&status.as_str()) {
+            continue;
+        }
+        let Some(wanted) = topic(kind, name) else {
+            continue;
+        };
+        let at = TOPICS
+            .iter()
+            .position(|t| *t == wanted)
+            .expect("a known topic");
+        let given: Vec<String> = field["evidence"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let summary = field["summary"].as_str().unwrap_or_default().to_owned();
+        let repairs = closest(&summary, &buyer)
+            .into_iter()
+            .filter(|s| !given.iter().any(|g| g == s))
+            .take(REPAIR_TRIES);
+        let mut kept = Vec::new();
+        let mut tried = 0;
+        for quote in given.iter().map(String::as_str).chain(repairs) {
+            tried += 1;
+            if tried > given.len() && !kept.is_empty() {
+                break;
+            }
+            if !sorted.contains_key(quote) {
+                let (odds, spent) = sort(provider, quote).await?;
+                checked.usage += spent;
+                checked.sorted += 1;
+                sorted.insert(quote.to_owned(), odds);
+            }
+            let odds = &sorted[quote];
+            let repair = tried > given.len();
+            tracing::debug!(?kind, field = %name, %status, quote, repair, p = odds[at], ?odds, "evidence sorted");
+            match (odds[at] >= ON_TOPIC, repair) {
+                (true, false) => kept.push(Value::from(quote)),
+                (true, true) => {
+                    kept.push(Value::from(quote));
+                    checked.repaired += 1;
+                }
+                (false, false) => checked.dropped += 1,
+                (false, true) => {}
+            }
+        }
+        let f = field
+            .as_object_mut()
+            .expect("a field with a status is an object");
+        if kept.is_empty() {
+            f.insert("status".into(), Value::from(STATUSES[STATUSES.len() - 1]));
+            f.insert("summary".into(), Value::from(""));
+            checked.cleared += 1;
+        }
+        f.insert("evidence".into(), Value::Array(kept));
+    }
+    Ok(checked)
+}
+
+/// The fields each task's schema has, for the tests.
+#[cfg(test)]
+fn schema_fields(kind: ProfileKind) -> Vec<String> {
+    super::profile(kind).schema["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{Completion, Deltas, FinishReason};
+    use std::sync::Mutex;
+
+    #[test]
+    fn every_field_has_a_topic_and_the_examples_parse() {
+        for kind in [ProfileKind::Bant, ProfileKind::NeatP] {
+            let fields = schema_fields(kind);
+            assert!(!fields.is_empty());
+            for field in &fields {
+                assert!(topic(kind, field).is_some(), "{kind:?} {field}");
+            }
+        }
+        let messages = instructions();
+        assert!(messages.len() >= 3 && messages.len() % 2 == 1);
+        for m in messages.iter().skip(2).step_by(2) {
+            let answer: Value = serde_json::from_str(&m.content).unwrap();
+            assert!(
+                TOPICS.contains(&answer["topic"].as_str().unwrap()),
+                "{answer}"
+            );
+        }
+        for t in TOPICS {
+            assert!(
+                include_str!("check.md").contains(&format!("- {t}: ")),
+                "{t}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_closest_sentences_share_the_most_words_that_say_something() {
+        let sentences: Vec<String> = [
+            "We would like it in the spring.",
+            "Our vans keep getting lost on the way to customers.",
+            "The vans are old and the drivers are lost without maps.",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        // "van", "lost" and "driver" are shared; "the", "would", "customers" say nothing.
+        assert_eq!(
+            closest("The drivers and their van get lost.", &sentences),
+            [sentences[2].as_str(), sentences[1].as_str()]
+        );
+        assert!(closest("The customers would want that.", &sentences).is_empty());
+    }
+
+    /// A model that sorts each quote by a fixed table, telling (or not) its odds, and keeps
+    /// the quotes it was asked about.
+    struct Sorter {
+        topics: Vec<(&'static str, &'static str)>,
+        odds: bool,
+        asked: Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Provider for Sorter {
+        async fn generate(&self, g: Generation, _: Deltas) -> Result<Completion, LlmError> {
+            let quote = g.messages.last().unwrap().content.clone();
+            assert_eq!(g.messages[..g.messages.len() - 1], instructions()[..]);
+            let topic = self
+                .topics
+                .iter()
+                .find(|(q, _)| *q == quote)
+                .map_or("other", |(_, t)| *t);
+            self.asked.lock().unwrap().push(quote);
+            let at = TOPICS.iter().position(|t| *t == topic).unwrap();
+            let odds: Vec<f32> = (0..TOPICS.len())
+                .map(|i| if i == at { 0.88 } else { 0.02 })
+                .collect();
+            Ok(Completion {
+                text: answer(topic),
+                tool_calls: Vec::new(),
+                usage: Usage {
+                    prompt_tokens: 20,
+                    completion_tokens: 5,
+                    total_tokens: 25,
+                },
+                finish: FinishReason::Stop,
+                odds: if self.odds { vec![odds] } else { Vec::new() },
+            })
+        }
+
+        fn name(&self) -> &str {
+            "sorter"
+        }
+    }
+
+    const CALL: &str = "Agent: What is our top priority for you today?\n\
+                        Customer: Our vans keep getting lost.\n\
+                        Customer: We have about eight thousand pounds.\n\
+                        Customer: We need it before June.\n\
+                        Customer: This is our top priority this year.";
+
+    fn field(status: &str, summary: &str, evidence: &[&str]) -> Value {
+        serde_json::json!({"status": status, "summary": summary, "confidence": 0.9,
+            "evidence": evidence})
+    }
+
+    async fn checked(odds: bool) -> (Value, Checked, Vec<String>) {
+        let model = Sorter {
+            topics: vec![
+                ("Our vans keep getting lost.", "problem"),
+                ("We have about eight thousand pounds.", "budget"),
+                ("We need it before June.", "timing"),
+                ("This is our top priority this year.", "ranking"),
+            ],
+            odds,
+            asked: Mutex::new(Vec::new()),
+        };
+        let mut record = serde_json::json!({
+            "need": field("identified", "Vans get lost.", &["Our vans keep getting lost."]),
+            "economic_impact": field("identified", "About eight thousand pounds for the vans.",
+                &["We have about eight thousand pounds."]),
+            "access_to_authority": field("partial", "Has money.",
+                &["We have about eight thousand pounds."]),
+            "timeline": field("not_found", "", &[]),
+            "priority": field("identified", "It is their top priority.",
+                &["We need it before June."]),
+        });
+        let checked = check_findings(&model, ProfileKind::NeatP, &mut record, CALL, Some("Agent"))
+            .await
+            .unwrap();
+        (record, checked, model.asked.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn quotes_off_their_topic_are_dropped_or_replaced_by_the_sentence_summarised() {
+        for odds in [true, false] {
+            let (record, checked, asked) = checked(odds).await;
+            // On topic: kept as it was.
+            assert_eq!(
+                record["need"],
+                field(
+                    "identified",
+                    "Vans get lost.",
+                    &["Our vans keep getting lost."]
+                )
+            );
+            // The budget is no economic impact, and the only other sentence sharing a word
+            // with the summary (the vans) is a problem: nothing is left of the field.
+            assert_eq!(record["economic_impact"], field("not_found", "", &[]));
+            assert_eq!(record["access_to_authority"], field("not_found", "", &[]));
+            assert_eq!(record["timeline"], field("not_found", "", &[]));
+            // A deadline is no priority; the buyer's sentence the summary speaks of is (the
+            // agent's sharing more words does not count).
+            assert_eq!(
+                record["priority"],
+                field(
+                    "identified",
+                    "It is their top priority.",
+                    &["This is our top priority this year."]
+                )
+            );
+            // Each quote sorted once; the field not found never asked about.
+            let mut once = asked.clone();
+            once.sort();
+            once.dedup();
+            assert_eq!(once.len(), asked.len(), "{asked:?}");
+            assert_eq!(asked.len(), 4, "{asked:?}");
+            assert_eq!(
+                checked,
+                Checked {
+                    sorted: 4,
+                    dropped: 3,
+                    repaired: 1,
+                    cleared: 2,
+                    usage: Usage {
+                        prompt_tokens: 4 * 20,
+                        completion_tokens: 4 * 5,
+                        total_tokens: 4 * 25
+                    }
+                }
+            );
+        }
+    }
+}
