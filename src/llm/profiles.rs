@@ -5,8 +5,10 @@
 //! has the intent profile's alone). The model's output is constrained by the schema (a grammar
 //! on the embedded model, `response_format` upstream), so it always parses. Evidence quotes are
 //! then looked up in the transcript: those whose words were not said there are dropped, and a
-//! status left without evidence steps down. A transcript too long for the model's window loses
-//! lines from its middle.
+//! status left without evidence steps down. Each quote left is sorted by topic in a short
+//! request of its own (`check`): one about something other than its field is dropped, or
+//! replaced by the buyer's sentence the field's summary speaks of. A transcript too long for
+//! the model's window loses lines from its middle.
 //!
 //! The embedded model keeps evaluated prompts for reuse (`embedded::PrefixCache`): the
 //! instructions and examples are evaluated once, a file's transcript once for its three
@@ -198,9 +200,10 @@ pub async fn analyse_checked(
         Default::default()
     } else {
         let quotes = verify_evidence(&mut value, transcript, seller);
-        weigh_statuses(&mut value, &completion.odds);
         let checked = check::check_findings(provider, kind, &mut value, transcript, seller).await?;
         completion.usage += checked.usage;
+        // After the checks, so that a field they left not_found gets that status's probability.
+        weigh_statuses(&mut value, &completion.odds);
         (quotes, checked)
     };
     Ok(Analysis {
@@ -988,7 +991,8 @@ pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str
 /// reported one per field (`odds`: for each field in the record's order, the probabilities of
 /// [`STATUSES`] where it wrote the status). A model's own "confidence" number copies what its
 /// examples show (0.9 identified, 0.6 partial); this one says how sure it was. A field whose
-/// status the evidence check stepped down gets the probability of the status it ended with.
+/// status the evidence checks stepped down (quotes not said, or about something else) gets the
+/// probability of the status it ended with.
 /// Left as it is when the counts differ (an upstream model, a status written otherwise).
 fn weigh_statuses(record: &mut Value, odds: &[Vec<f32>]) {
     let Some(fields) = record.as_object_mut() else {

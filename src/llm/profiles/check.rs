@@ -14,6 +14,7 @@
 //! its quote.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -112,14 +113,19 @@ fn answer(topic: &str) -> String {
 /// The check's conversation up to the quote: its instructions, then the worked examples as
 /// earlier turns. The same for every check.
 pub(super) fn instructions() -> Vec<Message> {
-    let examples: Vec<Example> = serde_json::from_str(include_str!("check.examples.json"))
-        .expect("the check's examples are valid JSON (checked by a test)");
-    let mut messages = vec![Message::new(Role::System, include_str!("check.md"))];
-    for e in examples {
-        messages.push(Message::new(Role::User, e.said));
-        messages.push(Message::new(Role::Assistant, answer(&e.topic)));
-    }
-    messages
+    static MESSAGES: OnceLock<Vec<Message>> = OnceLock::new();
+    MESSAGES
+        .get_or_init(|| {
+            let examples: Vec<Example> = serde_json::from_str(include_str!("check.examples.json"))
+                .expect("the check's examples are valid JSON (checked by a test)");
+            let mut messages = vec![Message::new(Role::System, include_str!("check.md"))];
+            for e in examples {
+                messages.push(Message::new(Role::User, e.said));
+                messages.push(Message::new(Role::Assistant, answer(&e.topic)));
+            }
+            messages
+        })
+        .clone()
 }
 
 fn schema() -> Value {
