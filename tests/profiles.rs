@@ -64,7 +64,8 @@ fn check_quotes(record: &serde_json::Value, criteria: &[&str]) {
 #[tokio::test]
 async fn analyses_on_the_embedded_model() {
     let llm = Arc::new(model());
-    // The warm-ups evaluate the live intent prompt and the files prompt before any request.
+    // The warm-ups evaluate the live intent prompt, the files prompt and the evidence check's
+    // prompt before any request.
     let warm_ups = callstream::llm::profiles::warm_ups();
     let count = warm_ups.len() as u64;
     for messages in warm_ups {
