@@ -214,11 +214,14 @@ pub(super) async fn check_findings(
     transcript: &str,
     seller: Option<&str>,
 ) -> Result<Checked, LlmError> {
-    let mut checked = Checked::default();
-    let mut sorted: HashMap<String, Vec<f32>> = HashMap::new();
-    let (buyer, _) = super::quotable(transcript, seller);
+    let mut sorter = Sorter {
+        provider,
+        sorted: HashMap::new(),
+        checked: Checked::default(),
+    };
+    let mut buyer: Option<Vec<String>> = None;
     let Some(fields) = record.as_object_mut() else {
-        return Ok(checked);
+        return Ok(sorter.checked);
     };
     for (name, field) in fields.iter_mut() {
         let status = field["status"].as_str().unwrap_or_default().to_owned();
@@ -241,35 +244,31 @@ pub(super) async fn check_findings(
                     .collect()
             })
             .unwrap_or_default();
-        let summary = field["summary"].as_str().unwrap_or_default().to_owned();
-        let repairs = closest(&summary, &buyer)
-            .into_iter()
-            .filter(|s| !given.iter().any(|g| g == s))
-            .take(REPAIR_TRIES);
         let mut kept = Vec::new();
-        let mut tried = 0;
-        for quote in given.iter().map(String::as_str).chain(repairs) {
-            tried += 1;
-            if tried > given.len() && !kept.is_empty() {
-                break;
+        for quote in &given {
+            let p = sorter.odds(quote).await?[at];
+            tracing::debug!(?kind, field = %name, %status, quote, p, "evidence sorted");
+            if p >= ON_TOPIC {
+                kept.push(Value::from(quote.as_str()));
+            } else {
+                sorter.checked.dropped += 1;
             }
-            if !sorted.contains_key(quote) {
-                let (odds, spent) = sort(provider, quote).await?;
-                checked.usage += spent;
-                checked.sorted += 1;
-                sorted.insert(quote.to_owned(), odds);
-            }
-            let odds = &sorted[quote];
-            let repair = tried > given.len();
-            tracing::debug!(?kind, field = %name, %status, quote, repair, p = odds[at], ?odds, "evidence sorted");
-            match (odds[at] >= ON_TOPIC, repair) {
-                (true, false) => kept.push(Value::from(quote)),
-                (true, true) => {
+        }
+        if kept.is_empty() {
+            let summary = field["summary"].as_str().unwrap_or_default();
+            let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
+            let tries = closest(summary, buyer)
+                .into_iter()
+                .filter(|s| !given.iter().any(|g| g == s))
+                .take(REPAIR_TRIES);
+            for quote in tries {
+                let p = sorter.odds(quote).await?[at];
+                tracing::debug!(?kind, field = %name, %status, quote, p, "sentence closest to the summary sorted");
+                if p >= ON_TOPIC {
                     kept.push(Value::from(quote));
-                    checked.repaired += 1;
+                    sorter.checked.repaired += 1;
+                    break;
                 }
-                (false, false) => checked.dropped += 1,
-                (false, true) => {}
             }
         }
         let f = field
@@ -278,11 +277,31 @@ pub(super) async fn check_findings(
         if kept.is_empty() {
             f.insert("status".into(), Value::from(STATUSES[STATUSES.len() - 1]));
             f.insert("summary".into(), Value::from(""));
-            checked.cleared += 1;
+            sorter.checked.cleared += 1;
         }
         f.insert("evidence".into(), Value::Array(kept));
     }
-    Ok(checked)
+    Ok(sorter.checked)
+}
+
+/// Sorts quotes by topic, each once, counting what it does.
+struct Sorter<'a> {
+    provider: &'a dyn Provider,
+    sorted: HashMap<String, Vec<f32>>,
+    checked: Checked,
+}
+
+impl Sorter<'_> {
+    /// How likely each of [`TOPICS`] is as the topic of `quote` (see [`sort`]).
+    async fn odds(&mut self, quote: &str) -> Result<&[f32], LlmError> {
+        if !self.sorted.contains_key(quote) {
+            let (odds, spent) = sort(self.provider, quote).await?;
+            self.checked.usage += spent;
+            self.checked.sorted += 1;
+            self.sorted.insert(quote.to_owned(), odds);
+        }
+        Ok(&self.sorted[quote])
+    }
 }
 
 /// The fields each task's schema has, for the tests.
@@ -345,14 +364,14 @@ mod tests {
 
     /// A model that sorts each quote by a fixed table, telling (or not) its odds, and keeps
     /// the quotes it was asked about.
-    struct Sorter {
+    struct Table {
         topics: Vec<(&'static str, &'static str)>,
         odds: bool,
         asked: Mutex<Vec<String>>,
     }
 
     #[async_trait::async_trait]
-    impl Provider for Sorter {
+    impl Provider for Table {
         async fn generate(&self, g: Generation, _: Deltas) -> Result<Completion, LlmError> {
             let quote = g.messages.last().unwrap().content.clone();
             assert_eq!(g.messages[..g.messages.len() - 1], instructions()[..]);
@@ -396,7 +415,7 @@ mod tests {
     }
 
     async fn checked(odds: bool) -> (Value, Checked, Vec<String>) {
-        let model = Sorter {
+        let model = Table {
             topics: vec![
                 ("Our vans keep getting lost.", "problem"),
                 ("We have about eight thousand pounds.", "budget"),
