@@ -313,7 +313,8 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
 }
 
 /// Asked for odds, the model gives, at every point the answer writes a status, a probability
-/// for each status, summing to one over what the schema allows.
+/// for each status, summing to one over what the schema allows. A status given a floor above
+/// any probability is never written there.
 async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
     use callstream::llm::{Generation, Message, Odds, Role, Sampling};
     let statuses = ["identified", "partial", "not_found"];
@@ -329,40 +330,44 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
         "required": ["budget", "timeline"],
         "additionalProperties": false
     });
-    let answer = llm
-        .generate(
-            Generation {
-                messages: vec![Message::new(
-                    Role::User,
-                    "Customer: We have ten thousand dollars for this.\n\
-                     For budget and timeline, is each identified, partial or not_found? JSON.",
-                )],
-                tools: Vec::new(),
-                sampling: Sampling {
-                    max_tokens: 64,
-                    temperature: 0.0,
-                    ..Default::default()
-                },
-                json_schema: Some(schema),
-                odds: Some(Odds {
-                    after: "\"status\":\"".into(),
-                    words: statuses.iter().map(|s| s.to_string()).collect(),
-                }),
-            },
-            None,
-        )
-        .await
-        .unwrap();
-    println!("{} {:?}", answer.text, answer.odds);
-    let record: serde_json::Value = serde_json::from_str(&answer.text).unwrap();
-    assert_eq!(answer.odds.len(), 2, "one point per field");
-    for (name, p) in ["budget", "timeline"].iter().zip(&answer.odds) {
-        assert_eq!(p.len(), 3);
-        let sum: f32 = p.iter().sum();
-        assert!((0.99..=1.01).contains(&sum), "{name}: {p:?}");
-        let chosen = record[name]["status"].as_str().unwrap();
-        let i = statuses.iter().position(|s| *s == chosen).unwrap();
-        assert!(p[i] > 0.0, "{name}: {chosen} has no weight in {p:?}");
+    let ask = |floor: Option<(usize, f32)>| Generation {
+        messages: vec![Message::new(
+            Role::User,
+            "Customer: We have ten thousand dollars for this.\n\
+             For budget and timeline, is each identified, partial or not_found? JSON.",
+        )],
+        tools: Vec::new(),
+        sampling: Sampling {
+            max_tokens: 64,
+            temperature: 0.0,
+            ..Default::default()
+        },
+        json_schema: Some(schema.clone()),
+        odds: Some(Odds {
+            after: "\"status\":\"".into(),
+            words: statuses.iter().map(|s| s.to_string()).collect(),
+            floor,
+        }),
+    };
+    for floor in [None, Some((2, 1.01)), Some((0, 1.01))] {
+        let answer = llm.generate(ask(floor), None).await.unwrap();
+        println!("{floor:?}: {} {:?}", answer.text, answer.odds);
+        let record: serde_json::Value = serde_json::from_str(&answer.text).unwrap();
+        assert_eq!(answer.odds.len(), 2, "one point per field");
+        for (name, p) in ["budget", "timeline"].iter().zip(&answer.odds) {
+            assert_eq!(p.len(), 3);
+            let sum: f32 = p.iter().sum();
+            assert!((0.99..=1.01).contains(&sum), "{name}: {p:?}");
+            let chosen = record[name]["status"].as_str().unwrap();
+            let i = statuses.iter().position(|s| *s == chosen).unwrap();
+            assert!(p[i] > 0.0, "{name}: {chosen} has no weight in {p:?}");
+            if let Some((refused, _)) = floor {
+                assert_ne!(i, refused, "{name}: {chosen} is below its floor in {p:?}");
+                // The likelier of the other two.
+                let other = 3 - refused - i;
+                assert!(p[i] >= p[other], "{name}: {chosen} in {p:?}");
+            }
+        }
     }
 }
 

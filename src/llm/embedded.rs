@@ -592,14 +592,25 @@ fn generate(
                 produced,
             ));
         }
+        // A word the model gave less than its floor, not to be written here.
+        let mut refused = None;
         if let Some(wanted) = &generation.odds {
             if !wanted.after.is_empty() && answer.ends_with(&wanted.after) {
                 if let Some(p) = picker.odds(ctx, batch.n_tokens() - 1, &vocab, &wanted.words) {
+                    refused = wanted
+                        .floor
+                        .filter(|&(word, least)| p.get(word).is_some_and(|p| *p < least))
+                        .map(|(word, _)| (&wanted.words, word));
                     odds.push(p);
                 }
             }
         }
-        let token = picker.pick(ctx, batch.n_tokens() - 1);
+        let token = match refused {
+            Some((words, word)) => {
+                picker.pick_other_than(ctx, batch.n_tokens() - 1, &vocab, words, word)
+            }
+            None => picker.pick(ctx, batch.n_tokens() - 1),
+        };
         if vocab.is_eog(token) {
             finish = FinishReason::Stop;
             break;
@@ -747,6 +758,69 @@ impl Picker {
             }
         }
         (total > 0.0).then(|| mass.into_iter().map(|m| m / total).collect())
+    }
+
+    /// At a point where `words` are weighed (see [`Picker::odds`]), the first token of the
+    /// likeliest of them other than `words[refused]`: the word whose tokens the grammar allows
+    /// carry the most probability, then its likeliest token, accepted by the grammar. Only
+    /// under a grammar with greedy decoding; otherwise, or when no other word may start here,
+    /// the same as [`Picker::pick`].
+    fn pick_other_than(
+        &mut self,
+        ctx: &LlamaContext<'_>,
+        idx: i32,
+        vocab: &LlamaVocab,
+        words: &[String],
+        refused: usize,
+    ) -> LlamaToken {
+        let Picker::GreedyGrammar(grammar) = self else {
+            return self.pick(ctx, idx);
+        };
+        let mut all = ctx.token_data_array_ith(idx);
+        grammar.apply(&mut all);
+        // Each allowed token that starts one of the other words, with that word and its logit.
+        let starts: Vec<(usize, LlamaToken, f32)> = all
+            .data
+            .iter()
+            .filter(|d| d.logit().is_finite())
+            .filter_map(|d| {
+                let bytes = vocab.token_to_piece(d.id(), false, None);
+                let piece = String::from_utf8_lossy(&bytes);
+                let piece: &str = piece.as_ref();
+                if piece.is_empty() {
+                    return None;
+                }
+                words
+                    .iter()
+                    .position(|w| w.starts_with(piece) || piece.starts_with(w.as_str()))
+                    .filter(|w| *w != refused)
+                    .map(|w| (w, d.id(), d.logit()))
+            })
+            .collect();
+        let top = starts.iter().map(|s| s.2).fold(f32::NEG_INFINITY, f32::max);
+        let mut mass = vec![0f32; words.len()];
+        for (word, _, logit) in &starts {
+            mass[*word] += (logit - top).exp();
+        }
+        let token = mass
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m > 0.0)
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .and_then(|(best, _)| {
+                starts
+                    .iter()
+                    .filter(|s| s.0 == best)
+                    .max_by(|a, b| a.2.total_cmp(&b.2))
+                    .map(|s| s.1)
+            });
+        match token {
+            Some(token) => {
+                grammar.accept(token);
+                token
+            }
+            None => self.pick(ctx, idx),
+        }
     }
 
     /// The token after the logits of batch entry `idx`, accepted by the samplers.

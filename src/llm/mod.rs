@@ -132,6 +132,9 @@ pub struct Odds {
     pub after: String,
     /// The words weighed there, e.g. the values of an enum.
     pub words: Vec<String>,
+    /// A word (its index in `words`) the model may pick there only when it gives it at least
+    /// this probability; below, the likeliest of the other words is written instead.
+    pub floor: Option<(usize, f32)>,
 }
 
 /// Token counts of a generation.

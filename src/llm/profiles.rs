@@ -186,7 +186,7 @@ pub async fn analyse_checked(
     }
     let mut completion = generate_fitted(provider, kind, layout, transcript, seller, None).await?;
     let mut value = parse_answer(kind, &completion)?;
-    tracing::debug!(?kind, answer = %completion.text.trim(), odds = ?completion.odds.first(), "analysis answered");
+    tracing::debug!(?kind, answer = %completion.text.trim(), odds = ?completion.odds, "analysis answered");
     if kind == ProfileKind::Intent && unsure_of_no_fit(&value, &completion.odds) {
         let spent = completion.usage;
         completion =
@@ -200,7 +200,9 @@ pub async fn analyse_checked(
         Default::default()
     } else {
         let quotes = verify_evidence(&mut value, transcript, seller);
-        let checked = check::check_findings(provider, kind, &mut value, transcript, seller).await?;
+        let pushed = pushed_past_not_found(&completion.odds);
+        let checked =
+            check::check_findings(provider, kind, &mut value, transcript, seller, &pushed).await?;
         completion.usage += checked.usage;
         // After the checks, so that a field they left not_found gets that status's probability.
         weigh_statuses(&mut value, &completion.odds);
@@ -314,6 +316,29 @@ const STATUSES: [&str; 3] = ["identified", "partial", "not_found"];
 /// Where the model is about to write a field's status in a BANT or NEAT-P answer.
 const STATUS_AT: &str = "\"status\":\"";
 
+/// Least probability at which the model may write `not_found` for a BANT or NEAT-P field;
+/// below, it writes the likelier of the other two statuses and backs the field with what it
+/// finds, and the evidence check holds that field to a stricter standard (see
+/// [`check::check_findings`]). Reading a whole call, the model called plainly stated fields
+/// `not_found` at 0.52 to 0.90 ("I make all the purchasing decisions myself": 0.80), as sure
+/// as it was of fields nobody spoke of (0.46 to 0.97), so its status alone cannot tell them
+/// apart; a quote sorted by topic on its own can (see the README's Measured).
+const NOT_FOUND_SURE: f32 = 0.95;
+
+/// For each field of a BANT or NEAT-P answer, given the status odds where it was written,
+/// whether the model would have written `not_found` there but was held back by
+/// [`NOT_FOUND_SURE`]: `not_found` was the likeliest status, yet below that probability.
+fn pushed_past_not_found(odds: &[Vec<f32>]) -> Vec<bool> {
+    let last = STATUSES.len() - 1;
+    odds.iter()
+        .map(|p| {
+            p.len() == STATUSES.len()
+                && p[last] < NOT_FOUND_SURE
+                && p[..last].iter().all(|other| *other <= p[last])
+        })
+        .collect()
+}
+
 /// Characters per token of English text, for a first guess at how much of a transcript to
 /// leave out (the model then counts again).
 const CHARS_PER_TOKEN: usize = 4;
@@ -357,11 +382,13 @@ async fn generate_fitted(
                 Odds {
                     after: INTENT_AT.to_owned(),
                     words: intent_labels().to_vec(),
+                    floor: None,
                 }
             } else {
                 Odds {
                     after: STATUS_AT.to_owned(),
                     words: STATUSES.iter().map(|s| s.to_string()).collect(),
+                    floor: Some((STATUSES.len() - 1, NOT_FOUND_SURE)),
                 }
             }),
         };
@@ -1765,6 +1792,22 @@ mod tests {
             0
         );
         llama_cpp_2::json_schema_to_grammar(&none.to_string()).unwrap();
+    }
+
+    #[test]
+    fn a_field_is_pushed_past_not_found_when_that_was_likeliest_but_not_sure() {
+        let odds = [
+            vec![0.1, 0.1, 0.8],
+            vec![0.02, 0.01, 0.97],
+            vec![0.6, 0.1, 0.3],
+            vec![0.3, 0.3, 0.4],
+            vec![0.5, 0.5],
+        ];
+        assert_eq!(
+            pushed_past_not_found(&odds),
+            [true, false, false, true, false]
+        );
+        assert!(pushed_past_not_found(&[]).is_empty());
     }
 
     #[test]
