@@ -319,10 +319,10 @@ const STATUS_AT: &str = "\"status\":\"";
 /// Least probability at which the model may write `not_found` for a BANT or NEAT-P field;
 /// below, it writes the likelier of the other two statuses and backs the field with what it
 /// finds, and the evidence check holds that field to a stricter standard (see
-/// [`check::check_findings`]). Reading a whole call, the model called plainly stated fields
-/// `not_found` at 0.52 to 0.90 ("I make all the purchasing decisions myself": 0.80), as sure
-/// as it was of fields nobody spoke of (0.46 to 0.97), so its status alone cannot tell them
-/// apart; a quote sorted by topic on its own can (see the README's Measured).
+/// [`check::check_findings`]). Reading a whole call, the model called fields the buyer spoke
+/// of `not_found` at 0.52 to 0.90 ("I make all the purchasing decisions myself": 0.80), as
+/// sure as it was of fields nobody spoke of (0.46 to 0.97), so its status alone cannot tell
+/// them apart; a quote sorted by topic on its own can (see the README's Measured).
 const NOT_FOUND_SURE: f32 = 0.95;
 
 /// For each field of a BANT or NEAT-P answer, given the status odds where it was written,
