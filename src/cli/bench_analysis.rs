@@ -18,7 +18,7 @@ use callstream::llm::profiles::{
     LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
-use callstream::llm::{Generation, Sampling};
+use callstream::llm::{Generation, Message, Sampling};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::pool::AsrPool;
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
@@ -289,20 +289,27 @@ fn pct(a: usize, b: usize) -> f64 {
     }
 }
 
+/// Has the model evaluate the prompt of `messages`, as it does for a warm-up, and answer
+/// nothing.
+async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Result<()> {
+    let generation = Generation {
+        messages,
+        tools: Vec::new(),
+        sampling: Sampling {
+            max_tokens: 0,
+            ..Sampling::default()
+        },
+        json_schema: None,
+        odds: None,
+    };
+    provider.generate(generation, None).await?;
+    Ok(())
+}
+
 /// Evaluates each of the prompts the service readies at start ([`warm_ups`]), as requests.
 async fn ready(provider: &dyn Provider) -> anyhow::Result<()> {
     for messages in warm_ups() {
-        let generation = Generation {
-            messages,
-            tools: Vec::new(),
-            sampling: Sampling {
-                max_tokens: 0,
-                ..Sampling::default()
-            },
-            json_schema: None,
-            odds: None,
-        };
-        provider.generate(generation, None).await?;
+        evaluate(provider, messages).await?;
     }
     Ok(())
 }
@@ -577,21 +584,11 @@ fn speed(
             // What the intent actor hands over as lines arrive, evaluated as the model does
             // for a warm-up: the prompt only.
             let (_, before) = upto(greeting, at as f64 - LAG_S);
-            provider
-                .generate(
-                    Generation {
-                        messages: messages(ProfileKind::Intent, LIVE_LAYOUT, &before),
-                        tools: Vec::new(),
-                        sampling: Sampling {
-                            max_tokens: 0,
-                            ..Sampling::default()
-                        },
-                        json_schema: None,
-                        odds: None,
-                    },
-                    None,
-                )
-                .await?;
+            evaluate(
+                provider,
+                messages(ProfileKind::Intent, LIVE_LAYOUT, &before),
+            )
+            .await?;
             run(provider, ProfileKind::Intent, LIVE_LAYOUT, other, None).await?;
             let (_, now) = upto(greeting, at as f64);
             let warm = run(provider, ProfileKind::Intent, LIVE_LAYOUT, &now, None)
