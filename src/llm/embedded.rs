@@ -592,23 +592,24 @@ fn generate(
                 produced,
             ));
         }
-        // A word the model gave less than its floor, not to be written here.
-        let mut refused = None;
+        // At a point where words are weighed, the first token of the likeliest word other than
+        // one the model gave less than its floor, to be written instead of the model's pick.
+        let mut instead = None;
         if let Some(wanted) = &generation.odds {
             if !wanted.after.is_empty() && answer.ends_with(&wanted.after) {
-                if let Some(p) = picker.odds(ctx, batch.n_tokens() - 1, &vocab, &wanted.words) {
-                    refused = wanted
+                if let Some(weighed) =
+                    picker.weigh(ctx, batch.n_tokens() - 1, &vocab, &wanted.words)
+                {
+                    instead = wanted
                         .floor
-                        .filter(|&(word, least)| p.get(word).is_some_and(|p| *p < least))
-                        .map(|(word, _)| (&wanted.words, word));
-                    odds.push(p);
+                        .filter(|&(word, least)| weighed.odds.get(word).is_some_and(|p| *p < least))
+                        .and_then(|(word, _)| weighed.first_other_than(word));
+                    odds.push(weighed.odds);
                 }
             }
         }
-        let token = match refused {
-            Some((words, word)) => {
-                picker.pick_other_than(ctx, batch.n_tokens() - 1, &vocab, words, word)
-            }
+        let token = match instead {
+            Some(token) => picker.accept(token),
             None => picker.pick(ctx, batch.n_tokens() - 1),
         };
         if vocab.is_eog(token) {
@@ -664,6 +665,25 @@ fn generate(
     })
 }
 
+/// What the model gives each of a few words at a point of its answer ([`Picker::weigh`]).
+struct Weighed {
+    /// The probability of each word.
+    odds: Vec<f32>,
+    /// The likeliest token that starts each word there, if the grammar allows one.
+    first: Vec<Option<LlamaToken>>,
+}
+
+impl Weighed {
+    /// The first token of the likeliest word other than word `refused`.
+    fn first_other_than(&self, refused: usize) -> Option<LlamaToken> {
+        (0..self.odds.len())
+            .filter(|&i| i != refused)
+            .filter_map(|i| self.first[i].map(|token| (self.odds[i], token)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, token)| token)
+    }
+}
+
 /// Chooses each generated token.
 enum Picker {
     /// The sampling chain, applied to the whole vocabulary at every step.
@@ -715,15 +735,16 @@ impl Picker {
 
     /// The probability the model gives each of `words` as what comes next, from the logits of
     /// batch entry `idx`, normalised over the tokens the grammar allows there: a token counts
-    /// for a word when its text starts that word or the word starts it (`partial"`). Only
-    /// under a grammar with greedy decoding (the analyses' case); `None` otherwise.
-    fn odds(
+    /// for a word when its text starts that word or the word starts it (`partial"`); and each
+    /// word's likeliest such token. Only under a grammar with greedy decoding (the analyses'
+    /// case); `None` otherwise.
+    fn weigh(
         &mut self,
         ctx: &LlamaContext<'_>,
         idx: i32,
         vocab: &LlamaVocab,
         words: &[String],
-    ) -> Option<Vec<f32>> {
+    ) -> Option<Weighed> {
         let Picker::GreedyGrammar(grammar) = self else {
             return None;
         };
@@ -740,6 +761,7 @@ impl Picker {
             .map(|a| a.1)
             .fold(f32::NEG_INFINITY, f32::max);
         let mut mass = vec![0f32; words.len()];
+        let mut first: Vec<Option<(LlamaToken, f32)>> = vec![None; words.len()];
         let mut total = 0f32;
         for (token, logit) in allowed {
             let p = (logit - top).exp();
@@ -755,72 +777,28 @@ impl Picker {
                 .position(|w| w.starts_with(piece) || piece.starts_with(w.as_str()))
             {
                 mass[i] += p;
+                if first[i].is_none_or(|(_, best)| logit > best) {
+                    first[i] = Some((token, logit));
+                }
             }
         }
-        (total > 0.0).then(|| mass.into_iter().map(|m| m / total).collect())
+        (total > 0.0).then(|| Weighed {
+            odds: mass.into_iter().map(|m| m / total).collect(),
+            first: first
+                .into_iter()
+                .map(|f| f.map(|(token, _)| token))
+                .collect(),
+        })
     }
 
-    /// At a point where `words` are weighed (see [`Picker::odds`]), the first token of the
-    /// likeliest of them other than `words[refused]`: the word whose tokens the grammar allows
-    /// carry the most probability, then its likeliest token, accepted by the grammar. Only
-    /// under a grammar with greedy decoding; otherwise, or when no other word may start here,
-    /// the same as [`Picker::pick`].
-    fn pick_other_than(
-        &mut self,
-        ctx: &LlamaContext<'_>,
-        idx: i32,
-        vocab: &LlamaVocab,
-        words: &[String],
-        refused: usize,
-    ) -> LlamaToken {
-        let Picker::GreedyGrammar(grammar) = self else {
-            return self.pick(ctx, idx);
-        };
-        let mut all = ctx.token_data_array_ith(idx);
-        grammar.apply(&mut all);
-        // Each allowed token that starts one of the other words, with that word and its logit.
-        let starts: Vec<(usize, LlamaToken, f32)> = all
-            .data
-            .iter()
-            .filter(|d| d.logit().is_finite())
-            .filter_map(|d| {
-                let bytes = vocab.token_to_piece(d.id(), false, None);
-                let piece = String::from_utf8_lossy(&bytes);
-                let piece: &str = piece.as_ref();
-                if piece.is_empty() {
-                    return None;
-                }
-                words
-                    .iter()
-                    .position(|w| w.starts_with(piece) || piece.starts_with(w.as_str()))
-                    .filter(|w| *w != refused)
-                    .map(|w| (w, d.id(), d.logit()))
-            })
-            .collect();
-        let top = starts.iter().map(|s| s.2).fold(f32::NEG_INFINITY, f32::max);
-        let mut mass = vec![0f32; words.len()];
-        for (word, _, logit) in &starts {
-            mass[*word] += (logit - top).exp();
+    /// `token`, written in place of the model's pick: accepted by the grammar. Only for a
+    /// token from [`Picker::weigh`], so only under a grammar with greedy decoding.
+    fn accept(&mut self, token: LlamaToken) -> LlamaToken {
+        match self {
+            Picker::GreedyGrammar(grammar) => grammar.accept(token),
+            Picker::Chain(chain) => chain.accept(token),
         }
-        let token = mass
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| **m > 0.0)
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .and_then(|(best, _)| {
-                starts
-                    .iter()
-                    .filter(|s| s.0 == best)
-                    .max_by(|a, b| a.2.total_cmp(&b.2))
-                    .map(|s| s.1)
-            });
-        match token {
-            Some(token) => {
-                grammar.accept(token);
-                token
-            }
-            None => self.pick(ctx, idx),
-        }
+        token
     }
 
     /// The token after the logits of batch entry `idx`, accepted by the samplers.
