@@ -84,3 +84,64 @@ fn chunking_does_not_change_the_segmentation() {
         assert_eq!(got, reference, "chunk {chunk}");
     }
 }
+
+fn channel_8k(path: &str, channel: usize) -> Vec<i16> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_owned);
+    let audio = decode(std::fs::read(&path).unwrap(), ext.as_deref(), 8_000).unwrap();
+    audio.channels[channel]
+        .iter()
+        .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16)
+        .collect()
+}
+
+#[test]
+fn a_synthetic_voice_s_held_vowels_do_not_cut_its_sentence() {
+    // The agent's one sentence of an order-status call ("It's going with the express courier
+    // and the estimated delivery is Thursday.", 11.6 s to 16.0 s), spoken by espeak-ng: its
+    // vowels put most of their energy in one or two harmonics, so the tonality test calls
+    // half a second of them tones. Counted as silence, they ended the utterance after "It's
+    // going with the", and that piece was then too short and steady to be kept: the words
+    // were lost.
+    let agent = channel_8k("fixtures/analysis/call-09.flac", 1);
+    let utterances = segment(&agent, VadConfig::default(), 1_600);
+    let spans: Vec<(f64, f64)> = utterances
+        .iter()
+        .map(|u| (u.start_secs(), u.start_secs() + u.duration_secs()))
+        .collect();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert!(spans[0].0 < 11.6 && spans[0].1 > 15.9, "{spans:?}");
+}
+
+#[test]
+fn a_tone_after_speech_still_ends_the_utterance() {
+    // Speech, then ringback (440 + 480 Hz, its first two seconds on): the utterance is
+    // emitted within twice the trailing silence of the speech's end, and holds none of the
+    // tone beyond the kept tail.
+    let mut audio = speech_8k()[..8 * 8_000].to_vec();
+    let speech_end = audio.len();
+    audio.extend(channel_8k("fixtures/telephone/nonspeech/ringback.wav", 0));
+    let config = VadConfig::default();
+    let mut seg = Segmenter::new(config);
+    let mut ended = Vec::new();
+    for piece in audio.chunks(FRAME) {
+        let mut got = Vec::new();
+        seg.push(piece, &mut |u| got.push(u));
+        let at = seg.position() as usize;
+        ended.extend(got.into_iter().map(|u| (u, at)));
+    }
+    let (last, at) = ended.last().expect("the speech is an utterance");
+    let end = last.start as usize + last.samples.len();
+    assert!(
+        end <= speech_end + 8_000 / 2,
+        "ends {} s after the speech",
+        (end as f64 - speech_end as f64) / 8_000.0
+    );
+    let limit = 2 * config.trailing_silence_ms as usize * 8;
+    let late = at.saturating_sub(speech_end);
+    assert!(
+        late <= limit + 8_000 / 2,
+        "emitted {} s after the speech",
+        late as f64 / 8_000.0
+    );
+}

@@ -9,7 +9,9 @@
 //! look like tones (and lost them). A frame is speech only when all three agree.
 //!
 //! Utterances: speech starts one (with a short pre-roll kept), `trailing_silence_ms` of
-//! non-speech ends it, and it is kept only if it has `min_speech_ms` of speech frames and
+//! non-speech ends it (voiced, loud frames the tonality test calls tones count half: the
+//! held vowels of a steady or synthetic voice look like tones, and cut its sentences in two
+//! when they counted as silence), and it is kept only if it has `min_speech_ms` of speech frames and
 //! passes the utterance checks (enough speech density, not dominated by sustained pitches as
 //! music is). An utterance reaching `max_utterance_ms` is split at its quietest frame in the
 //! last third, and the rest carries on.
@@ -224,6 +226,22 @@ struct FrameStat {
     peak_bin: u16,
 }
 
+impl FrameStat {
+    /// How much of the trailing silence that ends an utterance this frame counts for: none
+    /// when it is speech, a frame's length when it is quiet or unvoiced, half of it when it is
+    /// voiced and loud but tonal. Such a frame is a held vowel of a steady or synthetic voice
+    /// as often as a tone: counted in full, those vowels cut that voice's sentences in two;
+    /// counted half, music or a tone after speech still ends the utterance, after twice the
+    /// trailing silence.
+    fn pause_ms(&self) -> u32 {
+        match (self.speech, self.voiced) {
+            (true, _) => 0,
+            (false, true) => FRAME_MS / 2,
+            (false, false) => FRAME_MS,
+        }
+    }
+}
+
 /// Splits a channel's 8 kHz stream into utterances.
 #[derive(Debug)]
 pub struct Segmenter {
@@ -353,7 +371,7 @@ impl Segmenter {
                 current.trailing_silence = if stat.speech {
                     0
                 } else {
-                    current.trailing_silence + FRAME_MS
+                    current.trailing_silence + stat.pause_ms()
                 };
                 if current.trailing_silence >= self.config.trailing_silence_ms {
                     let done = self.current.take().expect("matched Some above");
@@ -386,7 +404,12 @@ impl Segmenter {
         let rest_frames = current.frames.split_off(cut);
         let rest_start = current.start + (cut * FRAME) as u64;
         self.emit_if_speech(current, emit);
-        let trailing = rest_frames.iter().rev().take_while(|f| !f.speech).count() as u32 * FRAME_MS;
+        let trailing = rest_frames
+            .iter()
+            .rev()
+            .take_while(|f| !f.speech)
+            .map(FrameStat::pause_ms)
+            .sum();
         let mut samples = Vec::with_capacity(Self::ms_to_samples(self.config.max_utterance_ms));
         samples.extend_from_slice(&rest_samples);
         self.current = Some(Current {
