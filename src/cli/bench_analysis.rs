@@ -488,8 +488,8 @@ fn quality(
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         let c = t.checked;
         println!(
-            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, left not_found {}; fields reported only because not_found was held back {}, kept {}",
-            c.sorted, c.dropped, c.repaired, c.cleared, c.pushed, c.pushed_kept
+            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}",
+            c.sorted, c.dropped, c.repaired, c.cleared, c.doubted, c.doubted_kept
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {

@@ -200,9 +200,14 @@ pub async fn analyse_checked(
         Default::default()
     } else {
         let quotes = verify_evidence(&mut value, transcript, seller);
-        let pushed = pushed_past_not_found(&completion.odds);
+        let mut doubted = pushed_past_not_found(&completion.odds);
+        let copied = summarised_as_an_example(&value);
+        doubted.resize(doubted.len().max(copied.len()), false);
+        for (doubt, copied) in doubted.iter_mut().zip(copied) {
+            *doubt |= copied;
+        }
         let checked =
-            check::check_findings(provider, kind, &mut value, transcript, seller, &pushed).await?;
+            check::check_findings(provider, kind, &mut value, transcript, seller, &doubted).await?;
         completion.usage += checked.usage;
         // After the checks, so that a field they left not_found gets that status's probability.
         weigh_statuses(&mut value, &completion.odds);
@@ -337,6 +342,43 @@ fn pushed_past_not_found(odds: &[Vec<f32>]) -> Vec<bool> {
                 && p[..last].iter().all(|other| *other <= p[last])
         })
         .collect()
+}
+
+/// For each field of a BANT or NEAT-P record, in order, whether its summary is word for word
+/// (case and punctuation aside) the summary of a field in one of the worked examples (of any
+/// profile: the files layout shows them all). A small model copies an example's summary
+/// instead of reading the call (the 0.5B model wrote NEAT-P's "After the summer at the
+/// earliest, nothing fixed." as a BANT and a NEAT-P timeline of calls that named no time at
+/// all) and then backs it with whatever sentence is nearest.
+fn summarised_as_an_example(record: &Value) -> Vec<bool> {
+    fn words(text: &str) -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    }
+    let examples: HashSet<Vec<String>> = ProfileKind::ALL
+        .iter()
+        .flat_map(|kind| &profile(*kind).examples)
+        .filter_map(|e| e.answer.as_object())
+        .flat_map(|answer| answer.values())
+        .filter_map(|field| field["summary"].as_str())
+        .map(words)
+        .filter(|w| !w.is_empty())
+        .collect();
+    record
+        .as_object()
+        .map(|fields| {
+            fields
+                .values()
+                .map(|field| {
+                    field["summary"]
+                        .as_str()
+                        .is_some_and(|s| examples.contains(&words(s)))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Characters per token of English text, for a first guess at how much of a transcript to
@@ -1792,6 +1834,28 @@ mod tests {
             0
         );
         llama_cpp_2::json_schema_to_grammar(&none.to_string()).unwrap();
+    }
+
+    #[test]
+    fn a_summary_copied_from_a_worked_example_is_found_in_any_profile() {
+        let shown = profile(ProfileKind::NeatP).examples[0].answer["timeline"]["summary"]
+            .as_str()
+            .expect("the first NEAT-P example has a timeline summary")
+            .to_owned();
+        assert!(!shown.is_empty());
+        let record = serde_json::json!({
+            // A BANT record carrying NEAT-P's words, in other case and punctuation.
+            "budget": {"status": "partial", "summary": shown.to_uppercase().replace(',', ";")},
+            // One word more is the model's own.
+            "authority": {"status": "partial", "summary": format!("{shown} Maybe")},
+            "need": {"status": "not_found", "summary": ""},
+            "timeline": {"status": "identified", "summary": "Before April."},
+        });
+        assert_eq!(
+            summarised_as_an_example(&record),
+            [true, false, false, false]
+        );
+        assert!(summarised_as_an_example(&Value::Null).is_empty());
     }
 
     #[test]

@@ -42,16 +42,18 @@ const ON_TOPIC: f32 = 0.1;
 /// Buyer sentences tried in place of a field's quotes when none of them is on its topic.
 const REPAIR_TRIES: usize = 2;
 
-/// [`ON_TOPIC`] for a field the model reported only because it was held back from calling it
-/// `not_found` (see `NOT_FOUND_SURE` in the parent module). Pressed to back a field nobody
-/// spoke of, the model quotes whatever is nearest: on the labelled sales calls (written and
-/// transcribed) and the long support call, such quotes got at most 0.13 for their field's
-/// topic, while sentences of fields the buyer did speak of got 0.25 or more.
-const PUSHED_ON_TOPIC: f32 = 0.2;
+/// [`ON_TOPIC`] for a field in doubt: one the model reported only because it was held back
+/// from calling it `not_found` (see `NOT_FOUND_SURE` in the parent module), or one it
+/// summarised in the words of a worked example's summary (it copied the example instead of
+/// reading the call). Pressed to back a field nobody spoke of, the model quotes whatever is
+/// nearest: on the labelled sales calls (written and transcribed) and the long support call,
+/// such quotes got at most 0.13 for their field's topic (0.14 from the 0.5B model under a
+/// copied summary), while sentences of fields the buyer did speak of got 0.25 or more.
+const DOUBTED_ON_TOPIC: f32 = 0.2;
 
-/// [`REPAIR_TRIES`] for such a field: each sort costs about as much as a short analysis
+/// [`REPAIR_TRIES`] for a field in doubt: each sort costs about as much as a short analysis
 /// step, and such fields are many on a call that is not a sale.
-const PUSHED_REPAIR_TRIES: usize = 1;
+const DOUBTED_REPAIR_TRIES: usize = 1;
 
 /// Fewest words a sentence must share with a field's summary to be tried as its evidence.
 const MIN_SHARED: usize = 1;
@@ -204,10 +206,11 @@ pub struct Checked {
     pub repaired: usize,
     /// Fields left without evidence, so `not_found`.
     pub cleared: usize,
-    /// Fields the model reported only because it was held back from calling them `not_found`.
-    pub pushed: usize,
+    /// Fields in doubt (see [`check_findings`]): reported only because the model was held back
+    /// from calling them `not_found`, or summarised in a worked example's words.
+    pub doubted: usize,
     /// Of those, the fields whose evidence passed the check.
-    pub pushed_kept: usize,
+    pub doubted_kept: usize,
     /// Tokens the check spent (also counted in the analysis's usage).
     pub usage: Usage,
 }
@@ -218,8 +221,8 @@ impl std::ops::AddAssign for Checked {
         self.dropped += other.dropped;
         self.repaired += other.repaired;
         self.cleared += other.cleared;
-        self.pushed += other.pushed;
-        self.pushed_kept += other.pushed_kept;
+        self.doubted += other.doubted;
+        self.doubted_kept += other.doubted_kept;
         self.usage += other.usage;
     }
 }
@@ -228,16 +231,17 @@ impl std::ops::AddAssign for Checked {
 /// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
 /// field's topic is dropped; a field left without one gets the first of the buyer's sentences
 /// (anyone's but the `seller`'s) closest to its summary that is on its topic, or becomes
-/// `not_found`. A field `pushed` (by position in the record) was reported only because the
-/// model was held back from calling it `not_found`: it is held to [`PUSHED_ON_TOPIC`] and
-/// tries [`PUSHED_REPAIR_TRIES`] sentences. Returns what was done.
+/// `not_found`. A field `doubted` (by position in the record) is in doubt: the model reported
+/// it only because it was held back from calling it `not_found`, or summarised it in the words
+/// of a worked example's summary. It is held to [`DOUBTED_ON_TOPIC`] and tries
+/// [`DOUBTED_REPAIR_TRIES`] sentences. Returns what was done.
 pub(super) async fn check_findings(
     provider: &dyn Provider,
     kind: ProfileKind,
     record: &mut Value,
     transcript: &str,
     seller: Option<&str>,
-    pushed: &[bool],
+    doubted: &[bool],
 ) -> Result<Checked, LlmError> {
     let mut sorter = Sorter {
         provider,
@@ -256,10 +260,10 @@ pub(super) async fn check_findings(
         let Some(wanted) = topic(kind, name) else {
             continue;
         };
-        let was_pushed = pushed.get(index).copied().unwrap_or(false);
-        let (least, tries) = if was_pushed {
-            sorter.checked.pushed += 1;
-            (PUSHED_ON_TOPIC, PUSHED_REPAIR_TRIES)
+        let in_doubt = doubted.get(index).copied().unwrap_or(false);
+        let (least, tries) = if in_doubt {
+            sorter.checked.doubted += 1;
+            (DOUBTED_ON_TOPIC, DOUBTED_REPAIR_TRIES)
         } else {
             (ON_TOPIC, REPAIR_TRIES)
         };
@@ -279,7 +283,7 @@ pub(super) async fn check_findings(
         let mut kept = Vec::new();
         for quote in &given {
             let p = sorter.odds(quote).await?[at];
-            tracing::debug!(?kind, field = %name, %status, quote, p, was_pushed, "evidence sorted");
+            tracing::debug!(?kind, field = %name, %status, quote, p, in_doubt, "evidence sorted");
             if p >= least {
                 kept.push(Value::from(quote.as_str()));
             } else {
@@ -295,7 +299,7 @@ pub(super) async fn check_findings(
                 .take(tries);
             for quote in tries {
                 let p = sorter.odds(quote).await?[at];
-                tracing::debug!(?kind, field = %name, %status, quote, p, was_pushed, "sentence closest to the summary sorted");
+                tracing::debug!(?kind, field = %name, %status, quote, p, in_doubt, "sentence closest to the summary sorted");
                 if p >= least {
                     kept.push(Value::from(quote));
                     sorter.checked.repaired += 1;
@@ -310,8 +314,8 @@ pub(super) async fn check_findings(
             f.insert("status".into(), Value::from(STATUSES[STATUSES.len() - 1]));
             f.insert("summary".into(), Value::from(""));
             sorter.checked.cleared += 1;
-        } else if was_pushed {
-            sorter.checked.pushed_kept += 1;
+        } else if in_doubt {
+            sorter.checked.doubted_kept += 1;
         }
         f.insert("evidence".into(), Value::Array(kept));
     }
@@ -524,8 +528,8 @@ mod tests {
                     dropped: 3,
                     repaired: 1,
                     cleared: 2,
-                    pushed: 0,
-                    pushed_kept: 0,
+                    doubted: 0,
+                    doubted_kept: 0,
                     usage: Usage {
                         prompt_tokens: 4 * 20,
                         completion_tokens: 4 * 5,
@@ -587,7 +591,7 @@ mod tests {
                 // 0.15 for cost is enough for a field the model reported of its own accord.
                 assert_eq!(record["economic_impact"], answer()["economic_impact"]);
                 assert_eq!(asked.len(), 2, "{asked:?}");
-                assert_eq!((checked.pushed, checked.pushed_kept), (0, 0));
+                assert_eq!((checked.doubted, checked.doubted_kept), (0, 0));
                 continue;
             }
             // Not for a pushed one; and of the two sentences as close to its summary, only
@@ -608,8 +612,8 @@ mod tests {
                     dropped: 1,
                     repaired: 0,
                     cleared: 1,
-                    pushed: 2,
-                    pushed_kept: 1,
+                    doubted: 2,
+                    doubted_kept: 1,
                     usage: Usage {
                         prompt_tokens: 3 * 20,
                         completion_tokens: 3 * 5,
