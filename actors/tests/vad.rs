@@ -100,9 +100,8 @@ fn a_synthetic_voice_s_held_vowels_do_not_cut_its_sentence() {
     // The agent's one sentence of an order-status call ("It's going with the express courier
     // and the estimated delivery is Thursday.", 11.6 s to 16.0 s), spoken by espeak-ng: its
     // vowels put most of their energy in one or two harmonics, so the tonality test calls
-    // half a second of them tones. Counted as silence, they ended the utterance after "It's
-    // going with the", and that piece was then too short and steady to be kept: the words
-    // were lost.
+    // half a second of them tones. Counted as silence, they ended the utterance 0.4 s in, and
+    // that piece was too short and steady to be kept: its words were lost.
     let agent = channel_8k("fixtures/analysis/call-09.flac", 1);
     let utterances = segment(&agent, VadConfig::default(), 1_600);
     let spans: Vec<(f64, f64)> = utterances

@@ -9,9 +9,9 @@
 //! look like tones (and lost them). A frame is speech only when all three agree.
 //!
 //! Utterances: speech starts one (with a short pre-roll kept), `trailing_silence_ms` of
-//! non-speech ends it (voiced, loud frames the tonality test calls tones count half: the
-//! held vowels of a steady or synthetic voice look like tones, and cut its sentences in two
-//! when they counted as silence), and it is kept only if it has `min_speech_ms` of speech frames and
+//! non-speech ends it (voiced, loud frames the tonality test calls tones count half: the held
+//! vowels of a steady or synthetic voice look like tones, and cut its sentences in two when
+//! they counted as silence), and it is kept only if it has `min_speech_ms` of speech frames and
 //! passes the utterance checks (enough speech density, not dominated by sustained pitches as
 //! music is). An utterance reaching `max_utterance_ms` is split at its quietest frame in the
 //! last third, and the rest carries on.
