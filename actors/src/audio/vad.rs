@@ -231,8 +231,8 @@ impl FrameStat {
     /// when it is speech, a frame's length when it is quiet or unvoiced, half of it when it is
     /// voiced and loud but tonal. Such a frame is a held vowel of a steady or synthetic voice
     /// as often as a tone: counted in full, those vowels cut that voice's sentences in two;
-    /// counted half, music or a tone after speech still ends the utterance, after twice the
-    /// trailing silence.
+    /// counted half, a tone after speech still ends the utterance, after twice the trailing
+    /// silence.
     fn pause_ms(&self) -> u32 {
         match (self.speech, self.voiced) {
             (true, _) => 0,
