@@ -200,12 +200,12 @@ pub async fn analyse_checked(
         Default::default()
     } else {
         let quotes = verify_evidence(&mut value, transcript, seller);
-        let mut doubted = pushed_past_not_found(&completion.odds);
-        let copied = summarised_as_an_example(&value);
-        doubted.resize(doubted.len().max(copied.len()), false);
-        for (doubt, copied) in doubted.iter_mut().zip(copied) {
-            *doubt |= copied;
-        }
+        let pushed = pushed_past_not_found(&completion.odds);
+        let doubted: Vec<bool> = summarised_as_an_example(&value)
+            .into_iter()
+            .enumerate()
+            .map(|(i, copied)| copied || pushed.get(i).copied().unwrap_or(false))
+            .collect();
         let checked =
             check::check_findings(provider, kind, &mut value, transcript, seller, &doubted).await?;
         completion.usage += checked.usage;
@@ -351,21 +351,21 @@ fn pushed_past_not_found(odds: &[Vec<f32>]) -> Vec<bool> {
 /// earliest, nothing fixed." as a BANT and a NEAT-P timeline of calls that named no time at
 /// all) and then backs it with whatever sentence is nearest.
 fn summarised_as_an_example(record: &Value) -> Vec<bool> {
-    fn words(text: &str) -> Vec<String> {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
-            .collect()
+    fn keys(text: &str) -> Vec<String> {
+        words(text).into_iter().map(|(_, _, key)| key).collect()
     }
-    let examples: HashSet<Vec<String>> = ProfileKind::ALL
-        .iter()
-        .flat_map(|kind| &profile(*kind).examples)
-        .filter_map(|e| e.answer.as_object())
-        .flat_map(|answer| answer.values())
-        .filter_map(|field| field["summary"].as_str())
-        .map(words)
-        .filter(|w| !w.is_empty())
-        .collect();
+    static EXAMPLES: OnceLock<HashSet<Vec<String>>> = OnceLock::new();
+    let examples = EXAMPLES.get_or_init(|| {
+        ProfileKind::ALL
+            .iter()
+            .flat_map(|kind| &profile(*kind).examples)
+            .filter_map(|e| e.answer.as_object())
+            .flat_map(|answer| answer.values())
+            .filter_map(|field| field["summary"].as_str())
+            .map(keys)
+            .filter(|k| !k.is_empty())
+            .collect()
+    });
     record
         .as_object()
         .map(|fields| {
@@ -374,7 +374,7 @@ fn summarised_as_an_example(record: &Value) -> Vec<bool> {
                 .map(|field| {
                     field["summary"]
                         .as_str()
-                        .is_some_and(|s| examples.contains(&words(s)))
+                        .is_some_and(|s| examples.contains(&keys(s)))
                 })
                 .collect()
         })
