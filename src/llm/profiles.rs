@@ -18,6 +18,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
+use callstream_actors::asr::wer;
 use callstream_actors::call::{IntentClassifier, IntentFuture};
 use callstream_actors::transcript::{CLOSERS, SENTENCE_ENDS};
 use serde_json::Value;
@@ -344,17 +345,26 @@ fn pushed_past_not_found(odds: &[Vec<f32>]) -> Vec<bool> {
         .collect()
 }
 
-/// For each field of a BANT or NEAT-P record, in order, whether its summary is word for word
-/// (case and punctuation aside) the summary of a field in one of the worked examples (of any
-/// profile: the files layout shows them all). A small model copies an example's summary
-/// instead of reading the call (the 0.5B model wrote NEAT-P's "After the summer at the
-/// earliest, nothing fixed." as a BANT and a NEAT-P timeline of calls that named no time at
-/// all) and then backs it with whatever sentence is nearest.
+/// Fewest words a summary must keep, in order, from a worked example's summary to count as
+/// a copy of it (all of them when the example's is shorter).
+const COPIED_WORDS: usize = 4;
+
+/// Least share of a summary's own words that, kept in order from a worked example's summary,
+/// make it a copy of that summary.
+const COPIED_SHARE: f32 = 0.6;
+
+/// For each field of a BANT or NEAT-P record, in order, whether its summary copies the
+/// summary of a field in one of the worked examples (of any profile: the files layout shows
+/// them all): most of its words are that summary's, in the same order, with case,
+/// punctuation and the spelling of numbers aside. A small model copies an example's summary
+/// instead of reading the call, whole or with a word or two of the call put in: the 0.5B
+/// model wrote NEAT-P's "After the summer at the earliest, nothing fixed." as the timeline of
+/// calls that named no time at all, and "After the fourth clinic, nothing fixed." (4 of its 6
+/// words) on a call that had none; it then backs the copy with whatever sentence is nearest.
+/// A summary that only shares the example's frame ("About 40 thousand dollars is set aside
+/// for this project.", 5 of 10 words) is the model's own.
 fn summarised_as_an_example(record: &Value) -> Vec<bool> {
-    fn keys(text: &str) -> Vec<String> {
-        words(text).into_iter().map(|(_, _, key)| key).collect()
-    }
-    static EXAMPLES: OnceLock<HashSet<Vec<String>>> = OnceLock::new();
+    static EXAMPLES: OnceLock<Vec<(String, usize)>> = OnceLock::new();
     let examples = EXAMPLES.get_or_init(|| {
         ProfileKind::ALL
             .iter()
@@ -362,20 +372,24 @@ fn summarised_as_an_example(record: &Value) -> Vec<bool> {
             .filter_map(|e| e.answer.as_object())
             .flat_map(|answer| answer.values())
             .filter_map(|field| field["summary"].as_str())
-            .map(keys)
-            .filter(|k| !k.is_empty())
+            .map(|s| (s.to_owned(), wer::normalise(s).len()))
+            .filter(|(_, words)| *words > 0)
             .collect()
     });
+    let copies = |summary: &str| {
+        let own = wer::normalise(summary).len();
+        own > 0
+            && examples.iter().any(|(example, theirs)| {
+                let kept = wer::correct_words(example, summary);
+                kept >= COPIED_WORDS.min(*theirs) && kept as f32 >= COPIED_SHARE * own as f32
+            })
+    };
     record
         .as_object()
         .map(|fields| {
             fields
                 .values()
-                .map(|field| {
-                    field["summary"]
-                        .as_str()
-                        .is_some_and(|s| examples.contains(&keys(s)))
-                })
+                .map(|field| field["summary"].as_str().is_some_and(copies))
                 .collect()
         })
         .unwrap_or_default()
@@ -1842,18 +1856,28 @@ mod tests {
             .as_str()
             .expect("the first NEAT-P example has a timeline summary")
             .to_owned();
-        assert!(!shown.is_empty());
+        let words: Vec<&str> = shown.split_whitespace().collect();
+        assert!(words.len() >= 6, "{shown:?}");
+        // The example's frame with two words of a call put in its middle.
+        let framed = [&words[..2], &["fourth", "clinic"], &words[words.len() - 2..]]
+            .concat()
+            .join(" ");
+        // The example's first words, then the model's own.
+        let own = format!(
+            "{} the new system will be rolled out to every branch in turn",
+            words[..3].join(" ")
+        );
         let record = serde_json::json!({
             // A BANT record carrying NEAT-P's words, in other case and punctuation.
             "budget": {"status": "partial", "summary": shown.to_uppercase().replace(',', ";")},
-            // One word more is the model's own.
-            "authority": {"status": "partial", "summary": format!("{shown} Maybe")},
-            "need": {"status": "not_found", "summary": ""},
+            "authority": {"status": "partial", "summary": framed},
+            "need": {"status": "identified", "summary": own},
             "timeline": {"status": "identified", "summary": "Before April."},
+            "priority": {"status": "not_found", "summary": ""},
         });
         assert_eq!(
             summarised_as_an_example(&record),
-            [true, false, false, false]
+            [true, true, false, false, false]
         );
         assert!(summarised_as_an_example(&Value::Null).is_empty());
     }
