@@ -1859,9 +1859,13 @@ mod tests {
         let words: Vec<&str> = shown.split_whitespace().collect();
         assert!(words.len() >= 6, "{shown:?}");
         // The example's frame with two words of a call put in its middle.
-        let framed = [&words[..2], &["fourth", "clinic"], &words[words.len() - 2..]]
-            .concat()
-            .join(" ");
+        let framed = [
+            &words[..2],
+            &["fourth", "clinic"],
+            &words[words.len() - 2..],
+        ]
+        .concat()
+        .join(" ");
         // The example's first words, then the model's own.
         let own = format!(
             "{} the new system will be rolled out to every branch in turn",
