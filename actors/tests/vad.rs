@@ -6,26 +6,28 @@ use std::path::Path;
 use callstream_actors::audio::decode::decode;
 use callstream_actors::audio::vad::{Segmenter, Utterance, VadConfig, FRAME};
 
+fn channel_8k(path: &str, channel: usize) -> Vec<i16> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_owned);
+    let audio = decode(std::fs::read(&path).unwrap(), ext.as_deref(), 8_000).unwrap();
+    audio.channels[channel]
+        .iter()
+        .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16)
+        .collect()
+}
+
 fn speech_8k() -> Vec<i16> {
     // The LibriVox readings and the hibari sentences back to back: over a minute of speech
     // with only short pauses.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/telephone/speech");
     let mut names: Vec<String> = ["0870", "0880", "0890", "0920", "0930"]
         .iter()
         .map(|id| format!("real-librivox-{id}.wav"))
         .collect();
     names.extend((0..12).map(|i| format!("tts-hibari-{i:02}.wav")));
-    let mut all = Vec::new();
-    for name in names {
-        let bytes = std::fs::read(dir.join(name)).unwrap();
-        let audio = decode(bytes, Some("wav"), 8_000).unwrap();
-        all.extend(
-            audio.channels[0]
-                .iter()
-                .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16),
-        );
-    }
-    all
+    names
+        .iter()
+        .flat_map(|name| channel_8k(&format!("fixtures/telephone/speech/{name}"), 0))
+        .collect()
 }
 
 fn segment(samples: &[i16], config: VadConfig, chunk: usize) -> Vec<Utterance> {
@@ -83,16 +85,6 @@ fn chunking_does_not_change_the_segmentation() {
         let got = segment(&speech, VadConfig::default(), chunk);
         assert_eq!(got, reference, "chunk {chunk}");
     }
-}
-
-fn channel_8k(path: &str, channel: usize) -> Vec<i16> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_owned);
-    let audio = decode(std::fs::read(&path).unwrap(), ext.as_deref(), 8_000).unwrap();
-    audio.channels[channel]
-        .iter()
-        .map(|&v| (v * 32768.0).clamp(-32768.0, 32767.0) as i16)
-        .collect()
 }
 
 #[test]

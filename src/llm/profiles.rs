@@ -364,7 +364,7 @@ const COPIED_SHARE: f32 = 0.6;
 /// A summary that only shares the example's frame ("About 40 thousand dollars is set aside
 /// for this project.", 5 of 10 words) is the model's own.
 fn summarised_as_an_example(record: &Value) -> Vec<bool> {
-    static EXAMPLES: OnceLock<Vec<(String, usize)>> = OnceLock::new();
+    static EXAMPLES: OnceLock<Vec<Vec<String>>> = OnceLock::new();
     let examples = EXAMPLES.get_or_init(|| {
         ProfileKind::ALL
             .iter()
@@ -372,16 +372,17 @@ fn summarised_as_an_example(record: &Value) -> Vec<bool> {
             .filter_map(|e| e.answer.as_object())
             .flat_map(|answer| answer.values())
             .filter_map(|field| field["summary"].as_str())
-            .map(|s| (s.to_owned(), wer::normalise(s).len()))
-            .filter(|(_, words)| *words > 0)
+            .map(wer::normalise)
+            .filter(|words| !words.is_empty())
             .collect()
     });
     let copies = |summary: &str| {
-        let own = wer::normalise(summary).len();
-        own > 0
-            && examples.iter().any(|(example, theirs)| {
-                let kept = wer::correct_words(example, summary);
-                kept >= COPIED_WORDS.min(*theirs) && kept as f32 >= COPIED_SHARE * own as f32
+        let own = wer::normalise(summary);
+        !own.is_empty()
+            && examples.iter().any(|example| {
+                let kept = wer::words_in_order(example, &own);
+                kept >= COPIED_WORDS.min(example.len())
+                    && kept as f32 >= COPIED_SHARE * own.len() as f32
             })
     };
     record

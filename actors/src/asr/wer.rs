@@ -43,10 +43,15 @@ pub fn wer(reference: &str, hypothesis: &str) -> WerCount {
 /// Words of `hypothesis` that are words of `reference` in the same order: the length of the
 /// longest common subsequence of the normalised word lists (the correct words of an alignment).
 pub fn correct_words(reference: &str, hypothesis: &str) -> usize {
-    let (a, b) = (normalise(reference), normalise(hypothesis));
+    words_in_order(&normalise(reference), &normalise(hypothesis))
+}
+
+/// [`correct_words`] of word lists already normalised: how many words of `b` are words of `a`
+/// in the same order.
+pub fn words_in_order(a: &[String], b: &[String]) -> usize {
     let mut prev = vec![0usize; b.len() + 1];
     let mut cur = vec![0usize; b.len() + 1];
-    for x in &a {
+    for x in a {
         for (j, y) in b.iter().enumerate() {
             cur[j + 1] = if x == y {
                 prev[j] + 1
