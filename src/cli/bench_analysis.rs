@@ -677,4 +677,63 @@ mod tests {
             .join(format!("call-{:02}.flac", calls.len() + 1))
             .exists());
     }
+
+    /// The words that carry a call's content: the WER's normal form without the speaker
+    /// labels and the small words every call shares.
+    fn content_words(text: &str) -> Vec<String> {
+        const SMALL: &[&str] = &[
+            "a", "about", "agent", "all", "also", "an", "and", "any", "are", "as", "at", "be",
+            "but", "by", "can", "could", "customer", "did", "do", "does", "for", "from", "good",
+            "had", "has", "have", "hello", "hi", "how", "i", "i'd", "i'll", "i'm", "i've", "if",
+            "in", "is", "it", "it's", "just", "let", "me", "morning", "my", "no", "not", "of",
+            "oh", "on", "or", "our", "please", "so", "thank", "thanks", "that", "the", "then",
+            "there", "this", "to", "up", "us", "was", "we", "what", "when", "which", "will",
+            "with", "would", "yes", "you", "your",
+        ];
+        callstream_actors::asr::wer::normalise(text)
+            .into_iter()
+            .filter(|w| !SMALL.contains(&w.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn no_worked_example_retells_a_labelled_call() {
+        // The set measures calls the prompts have never seen: a worked example that retells
+        // one of them (the same situation in nearly the same words) would score the bench on
+        // the example rather than on the model. Checked on content words in order.
+        const MAX_SHARED: f64 = 0.3;
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
+        let calls: Vec<(String, Vec<String>)> = read_calls(&dir.join("calls.txt"))
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                let said: Vec<&str> = c.turns.iter().map(|(_, t)| t.as_str()).collect();
+                (c.id, content_words(&said.join(" ")))
+            })
+            .collect();
+        let retells = |example: &str| -> Option<(String, f64)> {
+            let words = content_words(example);
+            calls
+                .iter()
+                .map(|(id, call)| {
+                    let shared = callstream_actors::asr::wer::words_in_order(&words, call);
+                    (id.clone(), shared as f64 / words.len().max(1) as f64)
+                })
+                .find(|(_, share)| *share > MAX_SHARED)
+        };
+        for kind in callstream::llm::profiles::ProfileKind::ALL {
+            for (i, example) in callstream::llm::profiles::profile(kind)
+                .examples
+                .iter()
+                .enumerate()
+            {
+                assert_eq!(retells(&example.transcript), None, "{kind:?} example {i}");
+            }
+        }
+        // The check finds a retelling: a labelled call in other words but the same content.
+        let retold = "Customer: I got married recently and must change my surname on the \
+                      account.\nAgent: Congratulations.\nCustomer: Please update my email \
+                      address too, the old one will close.";
+        assert_eq!(retells(retold).map(|(id, _)| id), Some("account-1".into()));
+    }
 }
