@@ -64,6 +64,7 @@ fn check_quotes(record: &serde_json::Value, criteria: &[&str]) {
 #[tokio::test]
 async fn analyses_on_the_embedded_model() {
     let llm = Arc::new(model());
+    the_cpu_backend_is_built_for_what_this_cpu_has();
     // The warm-ups evaluate the live intent prompt, the files prompt and the evidence check's
     // prompt before any request.
     let warm_ups = callstream::llm::profiles::warm_ups();
@@ -86,6 +87,33 @@ async fn analyses_on_the_embedded_model() {
     a_transcript_longer_than_the_window_is_analysed_without_its_middle(&llm).await;
     // Last: the model is stopped for good.
     a_stopped_model_gives_up_its_work_and_ends(&llm).await;
+}
+
+/// llama.cpp's CPU code is built for several x86 levels; the one loaded uses the widest vector
+/// instructions this CPU has (`/proc/cpuinfo`), not the portable baseline, and never AMX (its
+/// matrix product in this llama.cpp dies of an illegal instruction).
+fn the_cpu_backend_is_built_for_what_this_cpu_has() {
+    let features = callstream::llm::embedded::cpu_backend().unwrap();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert!(!features.is_empty());
+    for (flag, feature) in [
+        ("avx2", "AVX2"),
+        ("avx512f", "AVX512"),
+        ("avx512_vnni", "AVX512_VNNI"),
+    ] {
+        if flags.contains(&flag) {
+            assert!(
+                features.split(", ").any(|f| f == format!("{feature} = 1")),
+                "the CPU has {flag}, the backend loaded has {features}"
+            );
+        }
+    }
+    assert!(!features.contains("AMX"), "{features}");
 }
 
 /// Stopping the model (as the service does before it exits) gives up a warm-up under way at

@@ -328,6 +328,10 @@ pub fn bench(config: &Config, options: &Options) -> anyhow::Result<()> {
     // asks at once would otherwise find them evaluated in part (a warm-up yields to a
     // request) and time that.
     if matches!(config.llm.provider, LlmProviderKind::Embedded) {
+        println!(
+            "llama.cpp CPU backend: {}",
+            callstream::llm::embedded::cpu_backend()?
+        );
         runtime.block_on(ready(provider.as_ref()))?;
     }
     if !options.no_quality {

@@ -1,0 +1,23 @@
+//! Lets the programs built from this package find llama.cpp's shared libraries without
+//! `LD_LIBRARY_PATH`: they are installed in the llama-cpp-sys-2 build's `lib` directory, next
+//! to the `backends` directory its build script reports. `RPATH` (not `RUNPATH`) so that the
+//! libraries find each other through it too.
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_LLAMA_BACKENDS_DIR");
+    let Ok(backends) = std::env::var("DEP_LLAMA_BACKENDS_DIR") else {
+        return;
+    };
+    let Some(out) = std::path::Path::new(&backends).parent() else {
+        return;
+    };
+    for lib in ["lib", "lib64"] {
+        let dir = out.join(lib);
+        if dir.is_dir() {
+            println!(
+                "cargo:rustc-link-arg=-Wl,--disable-new-dtags,-rpath,{}",
+                dir.display()
+            );
+        }
+    }
+}
