@@ -434,8 +434,9 @@ const SKIPPED_CPU_MODULES: &[&str] = &["libggml-cpu-sapphirerapids.so"];
 
 /// Loads llama.cpp's CPU backend, once per process, before the engine starts: the module built
 /// for the best instruction set this CPU has (AVX-512 VNNI, AVX-512, AVX2...), as its own
-/// `ggml_backend_score` rates it. Modules are looked for next to the executable (a deployed
-/// copy), then in the directory the build installed them in; never in the working directory.
+/// `ggml_backend_score` rates it. Modules are looked for next to the executable, then in
+/// `../lib/callstream` from it (`scripts/install.sh`), then in the directory the build put
+/// them in; never in the working directory.
 /// Returns the features of the module loaded, such as `AVX512 = 1`.
 pub fn cpu_backend() -> Result<&'static str, LlmError> {
     static LOADED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
@@ -457,8 +458,10 @@ fn load_cpu_backend() -> Result<String, String> {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    let installed = beside.as_ref().map(|dir| dir.join("../lib/callstream"));
     let dirs: Vec<std::path::PathBuf> = beside
         .into_iter()
+        .chain(installed)
         .chain(llama_cpp_sys_2::BACKENDS_DIR.map(Into::into))
         .collect();
     let Some(module) = dirs.iter().find_map(|dir| best_cpu_module(dir)) else {
