@@ -161,6 +161,10 @@ pub struct LlmConfig {
     /// llama.cpp's flash attention in the embedded model.
     #[serde(default)]
     pub flash_attention: bool,
+    /// Most tokens the embedded model drafts ahead of a structured answer; absent, chosen by
+    /// the CPU (8 with AMX, else 0).
+    #[serde(default)]
+    pub draft_tokens: Option<u32>,
     /// Requests that may wait for the embedded model.
     pub queue: usize,
     /// Evaluated prompts the embedded model keeps for reuse, besides the one in its context.

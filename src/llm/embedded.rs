@@ -71,7 +71,15 @@ pub struct EmbeddedConfig {
     /// llama.cpp's fused attention kernel; off, attention runs as separate matrix products,
     /// which on two AVX2 cores generates about 25% faster (README, Measured).
     pub flash_attention: bool,
+    /// Most tokens drafted ahead of a structured answer (see [`draft`]) and checked in one
+    /// batch with the token they follow; 0 drafts none. `None`: [`AMX_DRAFT_TOKENS`] where the
+    /// CPU module loaded has AMX, where checking several tokens costs about what one does,
+    /// and none elsewhere, where each costs nearly a token's own evaluation (README, Measured).
+    pub draft_tokens: Option<u32>,
 }
+
+/// Tokens drafted by default where the CPU module loaded has AMX.
+pub const AMX_DRAFT_TOKENS: u32 = 8;
 
 struct Job {
     generation: Generation,
@@ -111,6 +119,10 @@ pub struct PromptStats {
     pub reused: u64,
     /// Warm-ups evaluated to their end (a warm-up yields to a request that arrives).
     pub warmed: u64,
+    /// Tokens drafted ahead of structured answers and checked.
+    pub drafted: u64,
+    /// Drafted tokens the model confirmed: each one a token evaluation saved.
+    pub confirmed: u64,
 }
 
 #[derive(Default)]
@@ -118,6 +130,8 @@ struct Counters {
     evaluated: AtomicU64,
     reused: AtomicU64,
     warmed: AtomicU64,
+    drafted: AtomicU64,
+    confirmed: AtomicU64,
 }
 
 impl std::fmt::Debug for EmbeddedLlm {
@@ -173,6 +187,8 @@ impl EmbeddedLlm {
             evaluated: self.stats.evaluated.load(Ordering::Relaxed),
             reused: self.stats.reused.load(Ordering::Relaxed),
             warmed: self.stats.warmed.load(Ordering::Relaxed),
+            drafted: self.stats.drafted.load(Ordering::Relaxed),
+            confirmed: self.stats.confirmed.load(Ordering::Relaxed),
         }
     }
 
@@ -292,15 +308,24 @@ fn worker(
 ) {
     let loaded = (|| {
         // Before the engine starts: with no backend loaded, it would load one by itself.
-        cpu_backend()?;
+        let features = cpu_backend()?;
+        let draft =
+            config
+                .draft_tokens
+                .unwrap_or(if features.split(", ").any(|f| f == "AMX_INT8 = 1") {
+                    AMX_DRAFT_TOKENS
+                } else {
+                    0
+                });
+        tracing::debug!(draft, "tokens drafted ahead of structured answers");
         let mut backend = LlamaBackend::init().map_err(engine)?;
         backend.void_logs();
         let model = LlamaModel::load_from_file(&backend, path, &LlamaModelParams::default())
             .map_err(|e| LlmError::Engine(format!("cannot load {}: {e}", path.display())))?;
         let template = model.chat_template(None).map_err(engine)?;
-        Ok::<_, LlmError>((backend, model, template))
+        Ok::<_, LlmError>((backend, model, template, draft as usize))
     })();
-    let (backend, model, template) = match loaded {
+    let (backend, model, template, draft) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -348,8 +373,11 @@ fn worker(
                 }
         };
         let result = generate(
-            &model,
-            &template,
+            &Engine {
+                model: &model,
+                template: &template,
+                draft_tokens: draft,
+            },
             &mut ctx,
             &mut cache,
             generation,
@@ -426,14 +454,8 @@ fn send_within(
     }
 }
 
-/// llama.cpp CPU modules never loaded. `sapphirerapids` is the one x86 module built with
-/// AMX, and this llama.cpp's AMX matrix product runs a tile instruction (`tilezero`) with no
-/// tile configuration loaded: an illegal instruction that kills the process, as seen on a
-/// 2-core Xeon with AMX. The best module without AMX (AVX-512 VNNI there) serves instead.
-const SKIPPED_CPU_MODULES: &[&str] = &["libggml-cpu-sapphirerapids.so"];
-
 /// Loads llama.cpp's CPU backend, once per process, before the engine starts: the module built
-/// for the best instruction set this CPU has (AVX-512 VNNI, AVX-512, AVX2...), as its own
+/// for the best instruction set this CPU has (AMX, AVX-512 VNNI, AVX-512, AVX2...), as its own
 /// `ggml_backend_score` rates it. Modules are looked for next to the executable, then in
 /// `../lib/callstream` from it (`scripts/install.sh`), then in the directory the build put
 /// them in; never in the working directory.
@@ -503,17 +525,14 @@ fn load_cpu_backend() -> Result<String, String> {
     Ok(features)
 }
 
-/// The CPU module in `dir` (`libggml-cpu-<level>.so`, not skipped) its own score rates highest
+/// The CPU module in `dir` (`libggml-cpu-<level>.so`) its own score rates highest
 /// on this CPU; a module that cannot run here rates 0 and is not a candidate.
 fn best_cpu_module(dir: &Path) -> Option<std::path::PathBuf> {
     let mut best: Option<(i32, std::path::PathBuf)> = None;
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !name.starts_with("libggml-cpu-")
-            || !name.ends_with(".so")
-            || SKIPPED_CPU_MODULES.contains(&name.as_ref())
-        {
+        if !name.starts_with("libggml-cpu-") || !name.ends_with(".so") {
             continue;
         }
         let path = entry.path();
@@ -615,15 +634,27 @@ fn render(
     Ok(out)
 }
 
+/// The loaded model and how it decodes.
+struct Engine<'m> {
+    model: &'m LlamaModel,
+    template: &'m LlamaChatTemplate,
+    /// Most tokens drafted ahead of a structured answer ([`EmbeddedConfig::draft_tokens`]).
+    draft_tokens: usize,
+}
+
 fn generate(
-    model: &LlamaModel,
-    template: &LlamaChatTemplate,
+    decoding: &Engine<'_>,
     ctx: &mut LlamaContext<'_>,
     cache: &mut PrefixCache,
     generation: Generation,
     deltas: Option<&tokio::sync::mpsc::Sender<String>>,
     abandoned: &dyn Fn() -> bool,
 ) -> Result<Completion, LlmError> {
+    let Engine {
+        model,
+        template,
+        draft_tokens,
+    } = *decoding;
     let chat = render(&generation.messages, &generation.tools)?;
     let prompt = model
         .apply_chat_template(template, &chat, true)
@@ -705,6 +736,16 @@ fn generate(
     // asked for.
     let mut answer = String::new();
     let mut odds = Vec::new();
+    // Drafting: only greedy decoding under a grammar, whose every token is the model's own
+    // best, checks a draft by picking as usual from each drafted token's logits.
+    let drafting = draft_tokens > 0 && matches!(picker, Picker::GreedyGrammar(_));
+    // The prompt and the answer so far, where drafts are looked up.
+    let mut seen: Vec<LlamaToken> = if drafting { tokens.clone() } else { Vec::new() };
+    // Batch entry whose logits give the next token, and the drafted tokens evaluated after
+    // it (in the context at `pos` on), not yet confirmed.
+    let mut at = batch.n_tokens() - 1;
+    let mut drafted: VecDeque<LlamaToken> = VecDeque::new();
+    let (mut checked, mut confirmed, mut evaluations) = (0usize, 0usize, 0usize);
     while produced < max_new {
         if abandoned() {
             return Err(spent(
@@ -720,9 +761,7 @@ fn generate(
         let mut instead = None;
         if let Some(wanted) = &generation.odds {
             if !wanted.after.is_empty() && answer.ends_with(&wanted.after) {
-                if let Some(weighed) =
-                    picker.weigh(ctx, batch.n_tokens() - 1, &vocab, &wanted.words)
-                {
+                if let Some(weighed) = picker.weigh(ctx, at, &vocab, &wanted.words) {
                     instead = wanted
                         .floor
                         .filter(|&(word, least)| weighed.odds.get(word).is_some_and(|p| *p < least))
@@ -733,7 +772,7 @@ fn generate(
         }
         let token = match instead {
             Some(token) => picker.accept(token),
-            None => picker.pick(ctx, batch.n_tokens() - 1),
+            None => picker.pick(ctx, at),
         };
         if vocab.is_eog(token) {
             finish = FinishReason::Stop;
@@ -755,10 +794,60 @@ fn generate(
             finish = FinishReason::Stop;
             break;
         }
+        if drafting {
+            seen.push(token);
+        }
+        // The draft's next token is this one: already evaluated, its logits come next.
+        if drafted.front() == Some(&token) {
+            drafted.pop_front();
+            confirmed += 1;
+            at += 1;
+            pos += 1;
+            continue;
+        }
+        if !drafted.is_empty() {
+            cache.truncate(ctx, pos as usize)?;
+            drafted.clear();
+        }
+        let ahead = if drafting {
+            draft(&seen, draft_tokens.min(max_new - produced))
+        } else {
+            Vec::new()
+        };
+        checked += ahead.len();
+        evaluations += 1;
         batch.clear();
         batch.add(token, pos, &[0], true).map_err(engine)?;
+        for (i, &t) in ahead.iter().enumerate() {
+            batch
+                .add(t, pos + 1 + i as i32, &[0], true)
+                .map_err(engine)?;
+        }
+        let mut added = vec![token];
+        added.extend_from_slice(&ahead);
+        cache.decode(ctx, &mut batch, &added)?;
         pos += 1;
-        cache.decode(ctx, &mut batch, &[token])?;
+        at = 0;
+        drafted = ahead.into();
+    }
+    // Drafted tokens past the answer's end are not part of what the context holds.
+    if !drafted.is_empty() {
+        cache.truncate(ctx, pos as usize)?;
+    }
+    if drafting {
+        let counters = &cache.counters;
+        counters
+            .drafted
+            .fetch_add(checked as u64, Ordering::Relaxed);
+        counters
+            .confirmed
+            .fetch_add(confirmed as u64, Ordering::Relaxed);
+        tracing::debug!(
+            drafted = checked,
+            confirmed,
+            evaluations,
+            "drafted tokens checked"
+        );
     }
     tracing::debug!(
         produced,
@@ -1079,6 +1168,28 @@ impl PrefixCache {
         }
     }
 
+    /// Drops what the context holds from position `len` on (drafted tokens the model did not
+    /// confirm); if llama.cpp cannot, the context is emptied.
+    fn truncate(&mut self, ctx: &mut LlamaContext<'_>, len: usize) -> Result<(), LlmError> {
+        if len >= self.live.len() {
+            return Ok(());
+        }
+        match ctx.clear_kv_cache_seq(Some(0), Some(len as u32), None) {
+            Ok(true) => {
+                self.live.truncate(len);
+                Ok(())
+            }
+            _ => {
+                ctx.clear_kv_cache();
+                self.live.clear();
+                self.prompt_len = 0;
+                Err(LlmError::Engine(
+                    "drafted tokens could not be dropped".into(),
+                ))
+            }
+        }
+    }
+
     /// Saves what the context holds as a snapshot, if it is worth keeping, and drops the
     /// snapshots it makes redundant and the least recently used past the bounds.
     fn stash(&mut self, ctx: &LlamaContext<'_>) {
@@ -1117,6 +1228,32 @@ impl PrefixCache {
             }
         }
     }
+}
+
+/// Longest run of the latest tokens looked up, and shortest.
+const DRAFT_MATCH: (usize, usize) = (4, 2);
+
+/// Up to `most` tokens that may come next in `seen` (the prompt and the answer so far), looked
+/// up in `seen` itself: what followed the latest earlier occurrence of its last 4 tokens (or
+/// 3, or 2). A structured answer repeats much of its prompt: quotes of the transcript, the
+/// field names and layout of the worked examples. Empty when nothing matches.
+fn draft(seen: &[LlamaToken], most: usize) -> Vec<LlamaToken> {
+    let (longest, shortest) = DRAFT_MATCH;
+    if most == 0 {
+        return Vec::new();
+    }
+    for n in (shortest..=longest.min(seen.len().saturating_sub(1))).rev() {
+        let tail = &seen[seen.len() - n..];
+        // Latest occurrence that is not the tail itself.
+        if let Some(start) = (0..seen.len() - n).rev().find(|&i| &seen[i..i + n] == tail) {
+            let from = start + n;
+            let until = (from + most).min(seen.len());
+            if from < until {
+                return seen[from..until].to_vec();
+            }
+        }
+    }
+    Vec::new()
 }
 
 /// How many leading tokens `a` and `b` share.
@@ -1390,6 +1527,25 @@ mod tests {
         );
         assert_eq!(calls[0].arguments, serde_json::json!({"q": 1}));
         assert_eq!(split_tool_calls("plain").0, "plain");
+    }
+
+    #[test]
+    fn drafts_follow_the_latest_earlier_occurrence_of_the_last_tokens() {
+        let t = |v: &[i32]| v.iter().map(|&x| LlamaToken(x)).collect::<Vec<_>>();
+        // The last four tokens seen before: what followed them, up to `most`.
+        let seen = t(&[9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4]);
+        assert_eq!(draft(&seen, 3), t(&[5, 6, 7]));
+        // Only the last two were seen before: the latest of their occurrences counts.
+        let seen = t(&[1, 2, 7, 1, 2, 8, 5, 1, 2]);
+        assert_eq!(draft(&seen, 2), t(&[8, 5]));
+        // A draft stops where what is seen ends.
+        let seen = t(&[1, 2, 3, 1, 2]);
+        assert_eq!(draft(&seen, 8), t(&[3, 1, 2]));
+        // Nothing seen before, too little seen, or no room: no draft.
+        assert!(draft(&t(&[1, 2, 3, 4]), 8).is_empty());
+        assert!(draft(&t(&[1, 1]), 8).is_empty());
+        assert!(draft(&t(&[1, 2, 1, 2]), 0).is_empty());
+        assert_eq!(draft(&t(&[1, 2, 1, 2]), 8), t(&[1, 2]));
     }
 
     #[test]
