@@ -2,8 +2,7 @@
 # Readies a shared target directory that an older checkout built, before cargo runs:
 # - llama.cpp's CMake is configured only once per build directory (llama-cpp-sys-2 skips the
 #   step when CMakeCache.txt exists), so a cache configured without scripts/cmake/llama-cpp.cmake
-#   (or with one from a clone since deleted) is removed and the next build configures again (the objects are kept; only what the
-#   include changes is compiled again);
+#   (or with one from a clone since deleted) is removed and the next build configures again;
 # - llama-cpp-sys-2's build script hard-links llama.cpp's libraries into the target directory,
 #   symlinks included, which leaves links that point nowhere; when the script runs a second
 #   time it takes them for absent, links again and fails with "File exists". They are removed.

@@ -373,7 +373,7 @@ fn worker(
                 }
         };
         let result = generate(
-            &Engine {
+            &Decoder {
                 model: &model,
                 template: &template,
                 draft_tokens: draft,
@@ -635,7 +635,7 @@ fn render(
 }
 
 /// The loaded model and how it decodes.
-struct Engine<'m> {
+struct Decoder<'m> {
     model: &'m LlamaModel,
     template: &'m LlamaChatTemplate,
     /// Most tokens drafted ahead of a structured answer ([`EmbeddedConfig::draft_tokens`]).
@@ -643,18 +643,18 @@ struct Engine<'m> {
 }
 
 fn generate(
-    decoding: &Engine<'_>,
+    decoder: &Decoder<'_>,
     ctx: &mut LlamaContext<'_>,
     cache: &mut PrefixCache,
     generation: Generation,
     deltas: Option<&tokio::sync::mpsc::Sender<String>>,
     abandoned: &dyn Fn() -> bool,
 ) -> Result<Completion, LlmError> {
-    let Engine {
+    let Decoder {
         model,
         template,
         draft_tokens,
-    } = *decoding;
+    } = *decoder;
     let chat = render(&generation.messages, &generation.tools)?;
     let prompt = model
         .apply_chat_template(template, &chat, true)
@@ -1160,12 +1160,17 @@ impl PrefixCache {
                 Ok(())
             }
             Err(e) => {
-                ctx.clear_kv_cache();
-                self.live.clear();
-                self.prompt_len = 0;
+                self.forget(ctx);
                 Err(engine(e))
             }
         }
+    }
+
+    /// Empties the context: nothing in it is reused.
+    fn forget(&mut self, ctx: &mut LlamaContext<'_>) {
+        ctx.clear_kv_cache();
+        self.live.clear();
+        self.prompt_len = 0;
     }
 
     /// Drops what the context holds from position `len` on (drafted tokens the model did not
@@ -1180,9 +1185,7 @@ impl PrefixCache {
                 Ok(())
             }
             _ => {
-                ctx.clear_kv_cache();
-                self.live.clear();
-                self.prompt_len = 0;
+                self.forget(ctx);
                 Err(LlmError::Engine(
                     "drafted tokens could not be dropped".into(),
                 ))
