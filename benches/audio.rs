@@ -12,10 +12,8 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 
 /// The interleaved PCMU bytes of the fixture call (after its 44-byte header).
 fn call_pcmu() -> Vec<u8> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/genesys-test-transcript-connector.wav"
-    );
+    let path = callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/genesys-test-transcript-connector.wav");
     let bytes = std::fs::read(path).expect("the fixture call is in fixtures/");
     assert_eq!(&bytes[36..40], b"data", "plain 44-byte header");
     bytes[44..].to_vec()

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Every `.rs` file under `dir`, with its module path (`http::errors`; the crate root is "").

@@ -324,7 +324,7 @@ async fn an_upload_whose_client_leaves_stops_its_speech_work_and_bills_nothing()
     let (org, _, key) = env.org_with_key("Uploads");
     let url = server.url("/api/transcribe");
     let call = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/genesys-test-transcript-connector.wav"),
     )
     .unwrap();

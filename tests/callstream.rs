@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -21,8 +21,8 @@ const INTENT: &str = r#"{"intents": [{"intent": "order_status", "confidence": "h
 const CALL: &str = "fixtures/genesys-test-transcript-connector.wav";
 const QUOTA_INFO: &str = "Transcription quota exhausted for this plan";
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+fn root() -> PathBuf {
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn fixture(rel: &str) -> PathBuf {

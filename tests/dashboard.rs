@@ -255,7 +255,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
         .command()
         .args([
             "call",
-            Path::new(env!("CARGO_MANIFEST_DIR"))
+            callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
                 .join("fixtures/genesys-test-transcript-connector.wav")
                 .to_str()
                 .unwrap(),

@@ -29,7 +29,7 @@ use common::{wav, Env, Server};
 const MEMORY_BOUND_MIB: f64 = 400.0;
 
 fn fixture(rel: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
 /// The FLAC fixture, its STREAMINFO saying it holds `secs` seconds (at 44.1 kHz).

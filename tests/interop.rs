@@ -17,7 +17,7 @@ use common::upstream::{FakeUpstream, Reply};
 use common::{open_store, python_json, Env};
 
 fn fixture(rel: &str) -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join(rel)
         .display()
         .to_string()

@@ -13,7 +13,7 @@ use serde_json::Value;
 const INTENT: &str = r#"{"intents": [{"intent": "billing_inquiry", "confidence": "high"}], "reasoning": "The caller was charged twice."}"#;
 
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
         .join(rel)
 }

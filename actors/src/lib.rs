@@ -12,3 +12,13 @@ pub mod call;
 pub mod protocol;
 pub mod transcript;
 pub mod usage;
+
+/// The source directory of the package cargo is testing or benchmarking: `CARGO_MANIFEST_DIR`
+/// as cargo sets it for the run, else `built` (the directory the caller was compiled from, its
+/// `env!("CARGO_MANIFEST_DIR")`). Looked up at run time because checkouts that share one target
+/// directory also share its test binaries: a binary built in another checkout would otherwise
+/// read that checkout's fixtures, or fail where it no longer exists.
+#[doc(hidden)]
+pub fn package_dir(built: &'static str) -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| built.into(), Into::into)
+}

@@ -15,7 +15,7 @@ use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 use callstream_actors::audio::vad::{Segmenter, VadConfig};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn model_dir() -> PathBuf {

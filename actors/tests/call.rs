@@ -8,7 +8,7 @@
 //! a blocking thread, during which tokio does not move the paused clock, so time passes only when
 //! a test sleeps: timers fire exactly when the test says.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +35,7 @@ use callstream_actors::usage::{
 const FRAME_BYTES: usize = 3200;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn pool(engine: &ScriptedEngine, workers: usize, live_queue: usize) -> Arc<AsrPool> {

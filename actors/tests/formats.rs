@@ -1,7 +1,7 @@
 //! Every accepted file format decodes to the same speech, and bad files are typed errors.
 //! Fixtures: `fixtures/formats/` (built by its build.sh from one telephone-set sentence).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use callstream_actors::asr::wer::wer;
 use callstream_actors::asr::whisper::{WhisperEngine, WhisperSettings};
@@ -12,7 +12,7 @@ const SENTENCE: &str = "I was charged twice for the same order.";
 const SECONDS: f64 = 3.275;
 
 fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/formats")
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("../fixtures/formats")
 }
 
 fn decode_file(name: &str) -> Result<callstream_actors::audio::decode::DecodedAudio, DecodeError> {
@@ -27,7 +27,8 @@ fn rms(x: &[f32]) -> f32 {
 
 #[test]
 fn every_format_decodes_to_the_same_sentence() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/whisper-base");
+    let model =
+        callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("../models/whisper-base");
     let mut engine = WhisperEngine::load(&model, WhisperSettings::default())
         .expect("run scripts/setup.sh --test");
     let files = [

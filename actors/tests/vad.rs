@@ -1,13 +1,14 @@
 //! Segmentation of real speech: long speech is split under the cap at a quiet point, and
 //! chunking of the input never changes the result.
 
-use std::path::Path;
 
 use callstream_actors::audio::decode::decode;
 use callstream_actors::audio::vad::{Segmenter, Utterance, VadConfig, FRAME};
 
 fn channel_8k(path: &str, channel: usize) -> Vec<i16> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let path = callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_owned);
     let audio = decode(std::fs::read(&path).unwrap(), ext.as_deref(), 8_000).unwrap();
     audio.channels[channel]

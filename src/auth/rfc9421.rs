@@ -407,10 +407,8 @@ mod tests {
     use serde_json::Value;
 
     fn vectors() -> Vec<Value> {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/fixtures/signature-test-vectors.json"
-        );
+        let path = callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/signature-test-vectors.json");
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 

@@ -613,7 +613,8 @@ mod tests {
 
     #[test]
     fn the_labelled_set_is_complete_and_consistent() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
+        let dir =
+            callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
         let calls = read_calls(&dir.join("calls.txt")).unwrap();
         let labels = callstream::llm::profiles::intent_labels();
         // At least 40 calls over the 14 intents, plus 6 sales calls.
@@ -706,7 +707,8 @@ mod tests {
         // one of them (the same situation in nearly the same words) would score the bench on
         // the example rather than on the model. Checked on content words in order.
         const MAX_SHARED: f64 = 0.3;
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
+        let dir =
+            callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
         let calls: Vec<(String, Vec<String>)> = read_calls(&dir.join("calls.txt"))
             .unwrap()
             .into_iter()

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 /// The Whisper model installed by `scripts/setup.sh --test`.
 pub fn whisper_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/whisper-base");
+    let dir =
+        callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("models/whisper-base");
     assert!(
         dir.join("model.bin").exists(),
         "{} is missing: run scripts/setup.sh --test",
@@ -29,7 +30,7 @@ pub fn whisper_dir() -> PathBuf {
 
 /// The small LLM installed by `scripts/setup.sh --test`.
 pub fn llm_path() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     assert!(
         path.exists(),
@@ -374,7 +375,7 @@ pub fn pydeps() -> String {
 /// Runs `tests/support/<script>` with `args` under the test clients' Python path, asserts it
 /// succeeded and parses the JSON it printed.
 pub fn python_json(script: &str, args: &[&str]) -> serde_json::Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("tests/support")
         .join(script);
     let out = Command::new("python3")

@@ -104,8 +104,8 @@ mod tests {
     use super::*;
 
     fn reference(name: &str) -> Vec<i16> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/g711/");
-        std::fs::read_to_string(format!("{path}{name}"))
+        let path = crate::package_dir(env!("CARGO_MANIFEST_DIR")).join("../fixtures/g711");
+        std::fs::read_to_string(path.join(name))
             .unwrap()
             .lines()
             .map(|l| l.parse().unwrap())

@@ -242,10 +242,8 @@ mod tests {
     }
 
     fn reference() -> Vec<f32> {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/mel/chirp_logmel.f32"
-        );
+        let path =
+            crate::package_dir(env!("CARGO_MANIFEST_DIR")).join("../fixtures/mel/chirp_logmel.f32");
         std::fs::read(path)
             .unwrap()
             .chunks_exact(4)

@@ -435,10 +435,8 @@ mod tests {
     use serde_json::{json, Value};
 
     fn capture(direction: &str) -> Vec<Value> {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/audiohook-session-capture.txt"
-        );
+        let path = crate::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/audiohook-session-capture.txt");
         std::fs::read_to_string(path)
             .unwrap()
             .lines()
