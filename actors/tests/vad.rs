@@ -1,7 +1,6 @@
 //! Segmentation of real speech: long speech is split under the cap at a quiet point, and
 //! chunking of the input never changes the result.
 
-
 use callstream_actors::audio::decode::decode;
 use callstream_actors::audio::vad::{Segmenter, Utterance, VadConfig, FRAME};
 
