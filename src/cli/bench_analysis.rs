@@ -301,6 +301,7 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
         },
         json_schema: None,
         odds: None,
+        read_apart: None,
     };
     provider.generate(generation, None).await?;
     Ok(())

@@ -187,6 +187,7 @@ impl ChatService {
                             sampling,
                             json_schema: None,
                             odds: None,
+                            read_apart: None,
                         },
                         deltas.clone(),
                     )
