@@ -165,9 +165,6 @@ pub struct LlmConfig {
     /// the CPU (8 with AMX, else 0).
     #[serde(default)]
     pub draft_tokens: Option<u32>,
-    /// The embedded model reads a file's transcript apart from the analyses' instructions
-    /// (see [`crate::llm::ReadApart`]).
-    pub read_transcript_apart: bool,
     /// Requests that may wait for the embedded model.
     pub queue: usize,
     /// Evaluated prompts the embedded model keeps for reuse, besides the one in its context.

@@ -36,7 +36,6 @@ fn model() -> EmbeddedLlm {
             flash_attention: false,
             // Drafting on whatever the CPU: the analyses below check its answers too.
             draft_tokens: Some(8),
-            read_apart: true,
         },
     )
     .unwrap()
@@ -83,7 +82,6 @@ async fn analyses_on_the_embedded_model() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    a_passage_read_apart_is_seen_by_what_follows_it(&llm).await;
     intent_bant_and_neat_p_parse_and_quote_verbatim(&llm).await;
     the_model_tells_how_sure_it_is_of_each_status(&llm).await;
     evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
@@ -167,62 +165,6 @@ async fn start_a_long_warm_up(
     before
 }
 
-/// A passage read apart from long instructions is in the context for what follows it: the
-/// answer after it uses what only the passage says, a second question about the same passage
-/// finds it evaluated (nothing is read apart again).
-async fn a_passage_read_apart_is_seen_by_what_follows_it(llm: &EmbeddedLlm) {
-    use callstream::llm::{Generation, Message, ReadApart, Role, Sampling};
-    let opening = "You answer questions about a delivery note.";
-    let rules: String = (1..=40)
-        .map(|i| format!("Rule {i}: answer with a single word, in lower case, and nothing else.\n"))
-        .collect();
-    let passage = "Delivery note 2291.\n\
-                   The parcel left the Leeds depot at six in the morning.\n\
-                   The driver's name is Priya and her van is painted bright orange.\n\
-                   The parcel holds two boxes of printer paper and one toner cartridge.\n\
-                   It was signed for by the neighbour at number fourteen.";
-    let ask = |question: &str| Generation {
-        messages: vec![
-            Message::new(Role::System, format!("{opening}\n\n{rules}")),
-            Message::new(
-                Role::User,
-                format!("Delivery note:\n{passage}\n\nQuestion: {question}"),
-            ),
-        ],
-        tools: Vec::new(),
-        sampling: Sampling {
-            max_tokens: 4,
-            temperature: 0.0,
-            ..Default::default()
-        },
-        json_schema: None,
-        odds: None,
-        read_apart: Some(ReadApart {
-            system: opening.to_owned(),
-            passage: passage.to_owned(),
-        }),
-    };
-    let colour = "What colour is the driver's van?";
-    let before = llm.prompt_stats();
-    let answer = llm.generate(ask(colour), None).await.unwrap();
-    let after = llm.prompt_stats();
-    println!("read apart: {:?} {after:?}", answer.text);
-    let read_apart = after.read_apart - before.read_apart;
-    assert!(
-        (40..100).contains(&read_apart),
-        "{read_apart} tokens read apart"
-    );
-    assert!(answer.text.to_lowercase().contains("orange"), "{answer:?}");
-    let depot = "Which town's depot did the parcel leave from?";
-    let before = after;
-    let answer = llm.generate(ask(depot), None).await.unwrap();
-    let after = llm.prompt_stats();
-    println!("the same passage again: {:?} {after:?}", answer.text);
-    assert_eq!(after.read_apart, before.read_apart, "read apart again");
-    assert!(after.evaluated - before.evaluated < 32, "{after:?}");
-    assert!(answer.text.to_lowercase().contains("leeds"), "{answer:?}");
-}
-
 /// A short request: at most four tokens in answer to "Say yes.".
 async fn say_yes(
     llm: &EmbeddedLlm,
@@ -242,7 +184,6 @@ async fn say_yes(
             },
             json_schema: None,
             odds: None,
-            read_apart: None,
         },
         None,
     )
@@ -265,7 +206,6 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
                 },
                 json_schema: Some(serde_json::json!({"type": "object"})),
                 odds: None,
-                read_apart: None,
             },
             None,
         )
@@ -318,13 +258,6 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .unwrap();
     println!("intent {intent}");
     assert!(usage.total_tokens > 0);
-    // A file's transcript is read apart from the instructions of the three analyses.
-    let read_apart = llm.prompt_stats().read_apart - before.read_apart;
-    assert!(
-        (100..usage.prompt_tokens).contains(&read_apart),
-        "{read_apart} of {} prompt tokens read apart",
-        usage.prompt_tokens
-    );
     let labels = intent_labels();
     let intents = intent["intents"].as_array().unwrap();
     assert!((1..=3).contains(&intents.len()));
@@ -460,7 +393,6 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
             words: statuses.iter().map(|s| s.to_string()).collect(),
             floor,
         }),
-        read_apart: None,
     };
     for floor in [None, Some((2, 1.01)), Some((0, 1.01))] {
         let answer = llm.generate(ask(floor), None).await.unwrap();
@@ -562,7 +494,6 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
         },
         json_schema: None,
         odds: None,
-        read_apart: None,
     };
     llm.generate(chat, None).await.unwrap();
     let new_bytes = (later.len() - early.len()) as u64;

@@ -681,7 +681,6 @@ pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<()> {
                 },
                 json_schema: None,
                 odds: None,
-                read_apart: None,
             };
             let started = Instant::now();
             let first = tokio::spawn(async move {

@@ -301,7 +301,6 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
         },
         json_schema: None,
         odds: None,
-        read_apart: None,
     };
     provider.generate(generation, None).await?;
     Ok(())

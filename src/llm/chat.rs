@@ -187,7 +187,6 @@ impl ChatService {
                             sampling,
                             json_schema: None,
                             odds: None,
-                            read_apart: None,
                         },
                         deltas.clone(),
                     )

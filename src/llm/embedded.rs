@@ -43,8 +43,8 @@ use llama_cpp_2::vocab::LlamaVocab;
 use tokio::sync::oneshot;
 
 use super::{
-    Completion, Deltas, FinishReason, Generation, LlmError, Message, Provider, ReadApart, Role,
-    ToolCall, Usage,
+    Completion, Deltas, FinishReason, Generation, LlmError, Message, Provider, Role, ToolCall,
+    Usage,
 };
 
 const TOOL_OPEN: &str = "<tool_call>";
@@ -76,9 +76,6 @@ pub struct EmbeddedConfig {
     /// CPU module loaded has AMX, where checking several tokens costs about what one does,
     /// and none elsewhere, where each costs nearly a token's own evaluation (README, Measured).
     pub draft_tokens: Option<u32>,
-    /// Reads a passage a request marks ([`Generation::read_apart`]) apart from the instructions
-    /// before it; false reads every prompt in order.
-    pub read_apart: bool,
 }
 
 /// Tokens drafted by default where the CPU module loaded has AMX.
@@ -126,8 +123,6 @@ pub struct PromptStats {
     pub drafted: u64,
     /// Drafted tokens the model confirmed: each one a token evaluation saved.
     pub confirmed: u64,
-    /// Tokens of passages read apart from the instructions before them.
-    pub read_apart: u64,
 }
 
 #[derive(Default)]
@@ -137,7 +132,6 @@ struct Counters {
     warmed: AtomicU64,
     drafted: AtomicU64,
     confirmed: AtomicU64,
-    read_apart: AtomicU64,
 }
 
 impl std::fmt::Debug for EmbeddedLlm {
@@ -195,7 +189,6 @@ impl EmbeddedLlm {
             warmed: self.stats.warmed.load(Ordering::Relaxed),
             drafted: self.stats.drafted.load(Ordering::Relaxed),
             confirmed: self.stats.confirmed.load(Ordering::Relaxed),
-            read_apart: self.stats.read_apart.load(Ordering::Relaxed),
         }
     }
 
@@ -213,7 +206,6 @@ impl EmbeddedLlm {
             },
             json_schema: None,
             odds: None,
-            read_apart: None,
         });
     }
 }
@@ -344,11 +336,7 @@ fn worker(
         .with_n_ctx(NonZeroU32::new(config.context_tokens))
         .with_n_batch(PROMPT_CHUNK as u32)
         .with_n_threads(config.threads as i32)
-        .with_n_threads_batch(config.threads as i32)
-        // Sequence 1 only carries a passage read apart into sequence 0 (see
-        // [`PrefixCache::read_apart`]); one KV cache of `context_tokens` cells serves both.
-        .with_n_seq_max(2)
-        .with_kv_unified(true);
+        .with_n_threads_batch(config.threads as i32);
     // llama.cpp's own values of `llama_flash_attn_type`.
     let params = params.with_flash_attention_policy(i32::from(config.flash_attention));
     let mut ctx = match model.new_context(&backend, params) {
@@ -389,7 +377,6 @@ fn worker(
                 model: &model,
                 template: &template,
                 draft_tokens: draft,
-                read_apart: config.read_apart,
             },
             &mut ctx,
             &mut cache,
@@ -653,8 +640,6 @@ struct Decoder<'m> {
     template: &'m LlamaChatTemplate,
     /// Most tokens drafted ahead of a structured answer ([`EmbeddedConfig::draft_tokens`]).
     draft_tokens: usize,
-    /// Whether passages are read apart ([`EmbeddedConfig::read_apart`]).
-    read_apart: bool,
 }
 
 fn generate(
@@ -669,7 +654,6 @@ fn generate(
         model,
         template,
         draft_tokens,
-        read_apart,
     } = *decoder;
     let chat = render(&generation.messages, &generation.tools)?;
     let prompt = model
@@ -694,23 +678,7 @@ fn generate(
     let max_new = (generation.sampling.max_tokens as usize).min(limit - tokens.len() - 1);
 
     let started = std::time::Instant::now();
-    let mut reused = cache.prepare(ctx, &tokens);
-    let apart = match &generation.read_apart {
-        Some(apart) if read_apart => Apart::plan(
-            model,
-            template,
-            &prompt,
-            &tokens,
-            &generation.messages,
-            apart,
-        )?,
-        _ => None,
-    };
-    if let Some(apart) = apart.filter(|a| reused < a.end) {
-        reused = cache
-            .read_apart(ctx, &tokens, &apart, reused, abandoned)
-            .map_err(|e| spent(e, tokens.len(), 0))?;
-    }
+    let reused = cache.prepare(ctx, &tokens);
     let step = if generation.sampling.max_tokens == 0 {
         WARM_CHUNK
     } else {
@@ -1079,85 +1047,6 @@ impl Picker {
 /// Fewest tokens worth keeping a snapshot of, or worth restoring one for.
 const MIN_SNAPSHOT_TOKENS: usize = 64;
 
-/// Fewest tokens of instructions a passage must skip to be read apart: below, setting the
-/// instructions aside and back costs more than attending to them.
-const MIN_APART_SKIPPED: usize = 256;
-
-/// How a prompt's passage is read apart ([`ReadApart`]): `reader` (the short system message,
-/// the last message's words before the passage, then the passage) is evaluated at positions
-/// that put the passage where it is in the prompt, `tokens[start..end]`.
-#[derive(Debug)]
-struct Apart {
-    reader: Vec<LlamaToken>,
-    /// Tokens of `reader` before the passage.
-    lead: usize,
-    start: usize,
-    end: usize,
-}
-
-impl Apart {
-    /// The plan for `apart` in `prompt` (the chat template applied to `messages`, tokenized
-    /// as `tokens`), or `None` where reading it apart would not pay or could not be exact:
-    /// the passage is not in the last message, does not start at a token boundary, skips too
-    /// little, or nothing follows it.
-    fn plan(
-        model: &LlamaModel,
-        template: &LlamaChatTemplate,
-        prompt: &str,
-        tokens: &[LlamaToken],
-        messages: &[Message],
-        apart: &ReadApart,
-    ) -> Result<Option<Self>, LlmError> {
-        let Some(last) = messages.last().filter(|m| m.role == Role::User) else {
-            return Ok(None);
-        };
-        if apart.passage.is_empty() || !last.content.contains(&apart.passage) {
-            return Ok(None);
-        }
-        let vocab = model.vocab();
-        let tokens_of = |text: &str| vocab.tokenize(text.as_bytes(), true, true);
-        let Some(at) = prompt.rfind(&apart.passage) else {
-            return Ok(None);
-        };
-        // The passage's tokens in the prompt: from where the text before it ends, a token
-        // boundary, to its last token that does not run on into what follows (the tokenizer
-        // joins a final full stop with the blank line after it, say).
-        let before = tokens_of(&prompt[..at]);
-        let through = tokens_of(&prompt[..at + apart.passage.len()]);
-        let (start, end) = (before.len(), common_prefix(&through, tokens));
-        if !tokens.starts_with(&before) || end <= start || end >= tokens.len() {
-            return Ok(None);
-        }
-        let chat = render(
-            &[
-                Message::new(Role::System, apart.system.clone()),
-                last.clone(),
-            ],
-            &[],
-        )?;
-        let own = model
-            .apply_chat_template(template, &chat, true)
-            .map_err(engine)?;
-        let Some(own_at) = own.rfind(&apart.passage) else {
-            return Ok(None);
-        };
-        let mut reader = tokens_of(&own[..own_at]);
-        let lead = reader.len();
-        if lead + MIN_APART_SKIPPED > start
-            || !tokens_of(&own[..own_at + apart.passage.len()]).starts_with(&reader)
-        {
-            return Ok(None);
-        }
-        reader.extend_from_slice(&tokens[start..end]);
-        Ok(Some(Self {
-            reader,
-            lead,
-            start,
-            end,
-        }))
-    }
-}
-
 /// A saved sequence: the tokens it holds and llama.cpp's state of them.
 struct Snapshot {
     tokens: Vec<LlamaToken>,
@@ -1255,135 +1144,6 @@ impl PrefixCache {
             .evaluated
             .fetch_add((tokens.len() - reused) as u64, Ordering::Relaxed);
         reused
-    }
-
-    /// Brings the context, which holds `tokens[..reused]`, to `tokens[..apart.end]`, the
-    /// passage read apart, and returns `apart.end`. What comes before the passage is
-    /// evaluated as usual and set aside (a snapshot of sequence 0); the reader's tokens are
-    /// evaluated in the emptied context, where the passage attends to them alone; the
-    /// prompt's start comes back in sequence 0, the reader's in sequence 1, which then gives
-    /// sequence 0 the passage's cells and ends. On failure the context is emptied; given up
-    /// (`abandoned`), it keeps what comes before the passage.
-    fn read_apart(
-        &mut self,
-        ctx: &mut LlamaContext<'_>,
-        tokens: &[LlamaToken],
-        apart: &Apart,
-        reused: usize,
-        abandoned: &dyn Fn() -> bool,
-    ) -> Result<usize, LlmError> {
-        let started = std::time::Instant::now();
-        let Apart {
-            reader,
-            lead,
-            start,
-            end,
-        } = apart;
-        let (start, end) = (*start, *end);
-        // The few tokens of an earlier passage that began the same way are read again.
-        if reused > start {
-            self.truncate(ctx, start)?;
-            self.counters
-                .reused
-                .fetch_sub((reused - start) as u64, Ordering::Relaxed);
-        }
-        // Counted by `prepare` as evaluated: the prompt from `reused` on.
-        self.counters.evaluated.fetch_add(
-            (*lead + reused.saturating_sub(start)) as u64,
-            Ordering::Relaxed,
-        );
-        let given_up = |this: &Self, from: usize| {
-            // What was counted and will not be evaluated.
-            this.counters
-                .evaluated
-                .fetch_sub((tokens.len() - from + *lead) as u64, Ordering::Relaxed);
-            LlmError::Cancelled {
-                usage: Usage::default(),
-            }
-        };
-        let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
-        let from = reused.min(start);
-        for (index, chunk) in tokens[from..start].chunks(PROMPT_CHUNK).enumerate() {
-            let base = from + index * PROMPT_CHUNK;
-            if index > 0 && abandoned() {
-                return Err(given_up(self, base));
-            }
-            batch.clear();
-            for (i, &t) in chunk.iter().enumerate() {
-                batch
-                    .add(t, (base + i) as i32, &[0], false)
-                    .map_err(engine)?;
-            }
-            self.decode(ctx, &mut batch, chunk)?;
-        }
-        let before = match ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
-            Ok(state) => state,
-            Err(e) => {
-                self.forget(ctx);
-                return Err(engine(e));
-            }
-        };
-        ctx.clear_kv_cache();
-        let offset = start - lead;
-        let mut read = || -> Result<Option<SeqState>, LlmError> {
-            for (index, chunk) in reader.chunks(PROMPT_CHUNK).enumerate() {
-                if abandoned() {
-                    return Ok(None);
-                }
-                let base = offset + index * PROMPT_CHUNK;
-                batch.clear();
-                for (i, &t) in chunk.iter().enumerate() {
-                    batch
-                        .add(t, (base + i) as i32, &[0], false)
-                        .map_err(engine)?;
-                }
-                ctx.decode(&mut batch).map_err(engine)?;
-            }
-            ctx.state_seq_get(0, LlamaStateSeqFlags::empty())
-                .map(Some)
-                .map_err(engine)
-        };
-        let read = read();
-        ctx.clear_kv_cache();
-        self.live.clear();
-        let restored = ctx.state_seq_set(&before, 0).map_err(engine);
-        let read = match (read, restored) {
-            (Ok(read), Ok(())) => read,
-            (Err(e), _) | (_, Err(e)) => {
-                self.forget(ctx);
-                return Err(e);
-            }
-        };
-        self.live = tokens[..start].to_vec();
-        let Some(read) = read else {
-            return Err(given_up(self, start));
-        };
-        let merged = ctx.state_seq_set(&read, 1).map_err(engine).and_then(|()| {
-            // The reader's own start is not the prompt's.
-            ctx.clear_kv_cache_seq(Some(1), None, Some(start as u32))
-                .map_err(engine)?;
-            ctx.copy_kv_cache_seq(1, 0, Some(start as u32), None)
-                .map_err(engine)?;
-            ctx.clear_kv_cache_seq(Some(1), None, None)
-                .map_err(engine)?;
-            Ok(())
-        });
-        if let Err(e) = merged {
-            self.forget(ctx);
-            return Err(e);
-        }
-        self.live = tokens[..end].to_vec();
-        self.counters
-            .read_apart
-            .fetch_add((end - start) as u64, Ordering::Relaxed);
-        tracing::debug!(
-            passage = end - start,
-            reader = reader.len(),
-            skipped = start - lead,
-            ms = started.elapsed().as_millis() as u64,
-            "passage read apart"
-        );
-        Ok(end)
     }
 
     /// Evaluates `batch`, which adds `tokens` to the context; on failure the context is

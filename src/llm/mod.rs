@@ -121,24 +121,6 @@ pub struct Generation {
     /// When set, the probabilities of a few words at given points of the answer (the
     /// embedded model under a schema only; others leave [`Completion::odds`] empty).
     pub odds: Option<Odds>,
-    /// When set, a passage of the last message that the embedded model may read apart from
-    /// the instructions before it (others read the prompt as it is).
-    pub read_apart: Option<ReadApart>,
-}
-
-/// A passage of a prompt's last message (a transcript) read as if the prompt were only
-/// `system` and that message: the passage's words attend to that short system message and to
-/// the words of the message before them, not to the long instructions and worked examples in
-/// between, which the words after the passage (the task, the answer) still see in full.
-/// Reading a transcript costs in proportion to what each of its words attends to; behind some
-/// 3,300 tokens of instructions, most of its cost is attention to them. The passage's
-/// positions are those it has in the whole prompt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReadApart {
-    /// The system message the passage is read under.
-    pub system: String,
-    /// The passage, as it occurs in the last message.
-    pub passage: String,
 }
 
 /// Wherever the answer so far ends with `after` (white space aside: a JSON answer may be
@@ -292,7 +274,6 @@ pub fn build_provider(
                     prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
                     flash_attention: llm.flash_attention,
                     draft_tokens: llm.draft_tokens,
-                    read_apart: llm.read_transcript_apart,
                 },
             )?;
             // Analyses start with the same instructions (one prompt for a live call's intent,

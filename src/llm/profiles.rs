@@ -23,7 +23,7 @@ use callstream_actors::call::{IntentClassifier, IntentFuture};
 use callstream_actors::transcript::{CLOSERS, SENTENCE_ENDS};
 use serde_json::Value;
 
-use super::{Generation, LlmError, Message, Odds, Provider, ReadApart, Role, Sampling, Usage};
+use super::{Generation, LlmError, Message, Odds, Provider, Role, Sampling, Usage};
 
 mod check;
 pub use check::Checked;
@@ -448,12 +448,6 @@ async fn generate_fitted(
                     floor: Some((STATUSES.len() - 1, NOT_FOUND_SURE)),
                 }
             }),
-            // Behind the instructions of all three profiles, the transcript is read under the
-            // prompt's first sentence alone; the task after it sees everything.
-            read_apart: (layout == Layout::Shared).then(|| ReadApart {
-                system: SHARED_OPENING.to_owned(),
-                passage: fitted.trim_end().to_owned(),
-            }),
         };
         match provider.generate(generation, None).await {
             Err(LlmError::ContextOverflow { prompt, limit }) if attempts < FIT_ATTEMPTS => {
@@ -719,18 +713,14 @@ impl ProfileKind {
     }
 }
 
-/// The first sentence of [`Layout::Shared`]'s system prompt, and all of the system prompt the
-/// transcript is read under (see [`ReadApart`]).
-const SHARED_OPENING: &str = "You analyse contact-center call and chat transcripts.";
-
 /// The system prompt of [`Layout::Shared`]: every profile's instructions under its task name.
 fn shared_instructions() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     TEXT.get_or_init(|| {
-        let mut text = format!(
-            "{SHARED_OPENING} Each user message is a transcript followed by one task: intent, \
-             bant or neat_p. Do that task alone, as its section below says, and answer only \
-             with its JSON."
+        let mut text = String::from(
+            "You analyse contact-center call and chat transcripts. Each user message is a \
+             transcript followed by one task: intent, bant or neat_p. Do that task alone, as its \
+             section below says, and answer only with its JSON.",
         );
         for kind in ProfileKind::ALL {
             text.push_str("\n\n# Task: ");

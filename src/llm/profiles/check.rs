@@ -175,7 +175,6 @@ async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage),
                     words: TOPICS.iter().map(|s| s.to_string()).collect(),
                     floor: None,
                 }),
-                read_apart: None,
             },
             None,
         )
