@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/callstream/target}"
 scripts/prepare-target.sh
-exec cargo build --release --workspace --all-targets "$@"
+cargo build --release --workspace --all-targets "$@"
+scripts/prepare-target.sh --record

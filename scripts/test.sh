@@ -7,7 +7,15 @@ scripts/setup.sh --test
 # One target directory shared by every clone, so the C++ engines are built once per machine.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/callstream/target}"
 scripts/prepare-target.sh
+# The AMX attention kernel of llama.cpp's sapphirerapids module (scripts/cmake/amx-attention.cpp)
+# against a plain reference, on a CPU that can run it.
+if grep -qw amx_bf16 /proc/cpuinfo; then
+    g++ -O2 -std=c++17 -march=sapphirerapids -DCALLSTREAM_AMX_STANDALONE \
+        scripts/cmake/amx-attention-check.cpp -o "$CARGO_TARGET_DIR/amx-attention-check" -lpthread
+    "$CARGO_TARGET_DIR/amx-attention-check"
+fi
 cargo fmt --all -- --check
 # The same profile and targets as the tests (and scripts/serve.sh), so nothing is built twice.
 cargo clippy --release --workspace --all-targets -- -D warnings
+scripts/prepare-target.sh --record
 exec cargo test --release --workspace --all-targets "$@"

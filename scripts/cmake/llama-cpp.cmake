@@ -7,12 +7,19 @@
 # rows and column widths as dead: ldtilecfg loads a palette with every tile unconfigured and the
 # first tilezero raises an illegal instruction. Dead-store elimination is turned off for that one
 # file of that one module; every other file is compiled as llama.cpp sets it.
+#
+# The same module also gets amx-attention.cpp (beside this file): attention's f16 matrix
+# products on AMX bf16 tiles. The module is linked with --wrap=llamafile_sgemm, so llama.cpp's
+# calls to its matrix kernel go through that file first, which passes on what it does not take.
+# No file of llama.cpp is edited. scripts/prepare-target.sh makes llama.cpp build again when a
+# file here changes.
 
 get_property(callstream_amx_fix_deferred GLOBAL PROPERTY CALLSTREAM_AMX_FIX_DEFERRED)
 if (NOT callstream_amx_fix_deferred AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     set_property(GLOBAL PROPERTY CALLSTREAM_AMX_FIX_DEFERRED TRUE)
+    set_property(GLOBAL PROPERTY CALLSTREAM_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
-    function(callstream_keep_amx_tile_config_stores)
+    function(callstream_sapphirerapids_module)
         if (NOT TARGET ggml-cpu-sapphirerapids)
             return()
         endif()
@@ -21,8 +28,18 @@ if (NOT callstream_amx_fix_deferred AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
             TARGET_DIRECTORY ggml-cpu-sapphirerapids
             PROPERTIES COMPILE_OPTIONS "-fno-tree-dse;-fno-dse")
         message(STATUS "callstream: ggml-cpu-sapphirerapids amx/mmq.cpp built without dead-store elimination")
+
+        get_property(callstream_dir GLOBAL PROPERTY CALLSTREAM_CMAKE_DIR)
+        set(attention "${callstream_dir}/amx-attention.cpp")
+        target_sources(ggml-cpu-sapphirerapids PRIVATE "${attention}")
+        set_source_files_properties("${attention}"
+            TARGET_DIRECTORY ggml-cpu-sapphirerapids
+            PROPERTIES COMPILE_OPTIONS "-mamx-bf16;-fno-tree-dse;-fno-dse")
+        set_property(TARGET ggml-cpu-sapphirerapids APPEND PROPERTY
+            LINK_OPTIONS "-Wl,--wrap=llamafile_sgemm")
+        message(STATUS "callstream: ggml-cpu-sapphirerapids computes attention on AMX bf16 tiles")
     endfunction()
 
     # Runs when the top-level CMakeLists.txt has been read, so every target exists.
-    cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL callstream_keep_amx_tile_config_stores)
+    cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL callstream_sapphirerapids_module)
 endif()
