@@ -161,6 +161,9 @@ pub struct LlmConfig {
     /// llama.cpp's flash attention in the embedded model.
     #[serde(default)]
     pub flash_attention: bool,
+    /// Prompt tokens the embedded model evaluates in one pass (llama.cpp's `n_ubatch`).
+    #[serde(default = "default_micro_batch")]
+    pub micro_batch: u32,
     /// Most tokens the embedded model drafts ahead of a structured answer; absent, chosen by
     /// the CPU (8 with AMX, else 0).
     #[serde(default)]
@@ -179,6 +182,10 @@ pub struct LlmConfig {
     pub mcp_allow: Vec<String>,
     /// The upstream API.
     pub upstream: UpstreamSettings,
+}
+
+fn default_micro_batch() -> u32 {
+    512
 }
 
 /// `[llm.upstream]`.
@@ -434,6 +441,9 @@ impl Config {
             return Err(invalid(
                 "storage.backend is \"postgres\": set storage.postgres_url".into(),
             ));
+        }
+        if !(1..=512).contains(&self.llm.micro_batch) {
+            return Err(invalid("llm.micro_batch must be from 1 to 512".into()));
         }
         if self.llm.context_tokens < 512 || self.llm.threads == 0 {
             return Err(invalid(

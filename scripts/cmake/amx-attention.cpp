@@ -12,8 +12,13 @@
 // which takes f16 x f16 products of at least MIN_COLUMNS columns and passes every other call
 // to llama.cpp's own function (__real_llamafile_sgemm). Nothing of llama.cpp is edited.
 //
-// Numbers: both inputs are rounded from f16 to bf16 (8 significant bits instead of 11) and
-// products are summed in f32, which is how the model's own bf16 attention computes them.
+// Numbers: each f16 value is split exactly into a high bf16 (its first 8 significant bits) and
+// a low one (the other 3), and a product is high x high + high x low + low x high, each exact in
+// f32 and summed in f32. What is left out, low x low, is under 2^-18 of the product: the result
+// is that of the f16 values themselves, as llama.cpp's own kernel computes it (f16 widened to
+// f32), up to the order of the sums. Rounding to bf16 alone (one product) was tried: it is
+// three times less work on the tiles, but 8 significant bits changed the model's answers
+// (see the README's Measured).
 //
 // The layout of llamafile_sgemm: C (f32) has m x n entries, C[j*ldc + i] = sum over l < k of
 // A[i*lda + l] * B[j*ldb + l]: rows of A and of B are the two operands' vectors of length k.
@@ -23,9 +28,10 @@
 // row c of the right operand, two values of k at a time). X's rows are only converted to bf16;
 // Y' needs a transpose of 32-bit pairs, which costs more per value. For a prompt (many columns)
 // X takes rows of B and Y' rows of A, so a result tile is 16 consecutive columns j by 16
-// consecutive i: a 16x16 block of C stored row by row, straight in. For a generated token and
-// its drafted ones (at most 16 columns) X takes rows of A and Y' the few rows of B, so only
-// those few rows are transposed, and results are written column by column.
+// consecutive i: a 16x16 block of C stored row by row, straight in. For the scores of a
+// generated token and its drafted ones (at most 16 columns, rows of A no longer than A has
+// rows) X takes rows of A and Y' the few rows of B, so only those few rows are transposed, and
+// results are written column by column.
 //
 // Threads: every thread of ggml's pool calls with its index (ith of nth); the m rows are cut
 // into nth contiguous ranges of whole 32-row blocks, each thread packs its own range of A and
@@ -48,6 +54,7 @@ namespace {
 constexpr int64_t TILE = 16;   // rows of a tile; also result columns
 constexpr int64_t KSTEP = 32;  // bf16 values of k per tile row
 constexpr int64_t BLOCK = 32;  // rows of A (or B) per block: two tiles
+constexpr int PARTS = 2;       // each f16 value as a high and a low bf16
 
 // Products with fewer columns than this stay on llama.cpp's kernel: one generated token with a
 // handful of drafted ones is about as fast either way, and a single column is not a matrix
@@ -111,53 +118,76 @@ inline __m512 load_f16(const uint16_t * src, int64_t count) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src));
 }
 
-// 32 values of k of one f16 row from `l`, as bf16, zero past k.
-inline __m512i row_chunk_bf16(const uint16_t * row, int64_t l, int64_t k) {
-    const __m512 lo = load_f16(row + l, k - l);
-    const __m512 hi = load_f16(row + l + 16, k - l - 16);
-    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+// 32 values of k of one f16 row from `l`, zero past k, as two bf16 vectors whose sum is exactly
+// the f16 values: `hi` rounded to bf16, `lo` what rounding left (f16 has 11 significant bits,
+// bf16 8, so the rest fits in `lo` exactly).
+inline void row_chunk_bf16(const uint16_t * row, int64_t l, int64_t k, __m512i * hi,
+                           __m512i * lo) {
+    const __m512 first = load_f16(row + l, k - l);
+    const __m512 second = load_f16(row + l + 16, k - l - 16);
+    const __m512i high = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first));
+    // bf16 back to f32: the 16 bits are the top half of the f32.
+    const __m512 first_hi = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(high)), 16));
+    const __m512 second_hi = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(high, 1)), 16));
+    *hi = high;
+    *lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(second, second_hi),
+                                                        _mm512_sub_ps(first, first_hi)));
 }
 
-// Up to 32 rows of an f16 matrix as two X tiles per step of k: 16 rows of 32 bf16 (64 bytes)
-// each; rows past `rows` and values past k are zero.
+// Offset of the tile of 16 rows `t`, step of k `s` and part `part` (0 high, 1 low) in a packing.
+inline size_t slot(int64_t t, int64_t s, int part, int64_t ksteps) {
+    return static_cast<size_t>((t * ksteps + s) * PARTS + part) * TILE * KSTEP;
+}
+
+// Up to 32 rows of an f16 matrix as two X tiles per step of k and part: 16 rows of 32 bf16
+// (64 bytes) each; rows past `rows` and values past k are zero.
 void pack_rows(const uint16_t * src, int64_t ld, int64_t rows, int64_t k, int64_t ksteps,
                uint16_t * out) {
     for (int64_t t = 0; t < BLOCK / TILE; ++t) {
         for (int64_t s = 0; s < ksteps; ++s) {
-            uint16_t * tile = out + (t * ksteps + s) * TILE * KSTEP;
+            uint16_t * high = out + slot(t, s, 0, ksteps);
+            uint16_t * low = out + slot(t, s, 1, ksteps);
             for (int64_t r = 0; r < TILE; ++r) {
                 const int64_t row = t * TILE + r;
-                __m512i v = _mm512_setzero_si512();
+                __m512i hi = _mm512_setzero_si512();
+                __m512i lo = _mm512_setzero_si512();
                 if (row < rows) {
-                    v = row_chunk_bf16(src + row * ld, s * KSTEP, k);
+                    row_chunk_bf16(src + row * ld, s * KSTEP, k, &hi, &lo);
                 }
-                _mm512_store_si512(reinterpret_cast<__m512i *>(tile + r * KSTEP), v);
+                _mm512_store_si512(reinterpret_cast<__m512i *>(high + r * KSTEP), hi);
+                _mm512_store_si512(reinterpret_cast<__m512i *>(low + r * KSTEP), lo);
             }
         }
     }
 }
 
-// Rows of an f16 matrix as Y' tiles (VNNI): tile (t, s) holds, at pair row
-// p and column c, values 2p and 2p+1 of k step s of row t*16 + c. Rows past `rows` are zero.
+// Rows of an f16 matrix as Y' tiles (VNNI), per step of k and part: tile (t, s) holds, at pair
+// row p and column c, values 2p and 2p+1 of k step s of row t*16 + c. Rows past `rows` are zero.
 void pack_columns(const uint16_t * src, int64_t ld, int64_t rows, int64_t k, int64_t ksteps,
                   uint16_t * out) {
     const int64_t tiles = (rows + TILE - 1) / TILE;
-    alignas(64) uint32_t chunk[TILE][TILE];  // [c][p]: one row's 32 bf16 as 16 pairs
+    alignas(64) uint32_t chunk[PARTS][TILE][TILE];  // [part][c][p]: a row's 32 bf16 as pairs
     for (int64_t t = 0; t < tiles; ++t) {
         for (int64_t s = 0; s < ksteps; ++s) {
             for (int64_t c = 0; c < TILE; ++c) {
                 const int64_t row = t * TILE + c;
-                __m512i v = _mm512_setzero_si512();
+                __m512i hi = _mm512_setzero_si512();
+                __m512i lo = _mm512_setzero_si512();
                 if (row < rows) {
-                    v = row_chunk_bf16(src + row * ld, s * KSTEP, k);
+                    row_chunk_bf16(src + row * ld, s * KSTEP, k, &hi, &lo);
                 }
-                _mm512_store_si512(reinterpret_cast<__m512i *>(chunk[c]), v);
+                _mm512_store_si512(reinterpret_cast<__m512i *>(chunk[0][c]), hi);
+                _mm512_store_si512(reinterpret_cast<__m512i *>(chunk[1][c]), lo);
             }
-            uint32_t * tile = reinterpret_cast<uint32_t *>(out + (t * ksteps + s) * TILE * KSTEP);
             // A 16x16 transpose of 32-bit pairs; small next to the products it feeds.
-            for (int64_t p = 0; p < TILE; ++p) {
-                for (int64_t c = 0; c < TILE; ++c) {
-                    tile[p * TILE + c] = chunk[c][p];
+            for (int part = 0; part < PARTS; ++part) {
+                uint32_t * tile = reinterpret_cast<uint32_t *>(out + slot(t, s, part, ksteps));
+                for (int64_t p = 0; p < TILE; ++p) {
+                    for (int64_t c = 0; c < TILE; ++c) {
+                        tile[p * TILE + c] = chunk[part][c][p];
+                    }
                 }
             }
         }
@@ -234,15 +264,16 @@ extern "C" bool callstream_amx_gemm_f16(int ith, int nth, int64_t m, int64_t n, 
     const int64_t my_tiles = (my_rows + TILE - 1) / TILE;
     const int64_t my_tiles_even = (my_tiles + 1) & ~int64_t(1);
 
-    // A few columns (a generated token and its drafted ones): A's rows are only converted and
-    // B, a single tile of columns, is the one rearranged. Otherwise B's rows are converted and
-    // A's rearranged, so that result tiles are rows of C.
-    const bool few_columns = n <= TILE;
+    // A few columns (a generated token and its drafted ones) against short rows (the scores:
+    // k is the head size): A's rows are only converted and B, a single tile of columns, is the
+    // one rearranged. Otherwise B's rows are converted and A's rearranged (once for the heads
+    // that share it), so that result tiles are rows of C.
+    const bool few_columns = n <= TILE && k <= m;
     const int64_t my_blocks = last - first;
-    const size_t tile_values = TILE * KSTEP;
-    const size_t a_values = few_columns ? my_blocks * 2 * ksteps * tile_values
-                                        : my_tiles_even * ksteps * tile_values;
-    const size_t b_values = few_columns ? ksteps * tile_values : 2 * ksteps * tile_values;
+    // Values of one tile of 16 rows over every step of k, both parts.
+    const size_t tile_set = static_cast<size_t>(PARTS * ksteps * TILE * KSTEP);
+    const size_t a_values = few_columns ? my_blocks * 2 * tile_set : my_tiles_even * tile_set;
+    const size_t b_values = few_columns ? tile_set : 2 * tile_set;
     Packed & packed = thread_packed();
     uint16_t * a_packed = packed.a.get(a_values);
     uint16_t * b_packed = packed.b.get(b_values);
@@ -261,13 +292,12 @@ extern "C" bool callstream_amx_gemm_f16(int ith, int nth, int64_t m, int64_t n, 
                 const int64_t i0 = i_begin + blk * BLOCK;
                 const int64_t irows = i_end - i0 < BLOCK ? i_end - i0 : BLOCK;
                 pack_rows(A + i0 * lda, lda, irows, k, ksteps,
-                          a_packed + blk * 2 * ksteps * tile_values);
+                          a_packed + blk * 2 * tile_set);
             }
         } else {
             pack_columns(A + i_begin * lda, lda, my_rows, k, ksteps, a_packed);
             if (my_tiles_even != my_tiles) {
-                std::memset(a_packed + my_tiles * ksteps * tile_values, 0,
-                            ksteps * tile_values * 2);
+                std::memset(a_packed + my_tiles * tile_set, 0, tile_set * sizeof(uint16_t));
             }
         }
         packed.key = key;
@@ -296,14 +326,23 @@ extern "C" bool callstream_amx_gemm_f16(int ith, int nth, int64_t m, int64_t n, 
     if (few_columns) {
         // Result tile b: rows i0 + 16b.. of A (tile rows) by the n columns (tile columns).
         for (int64_t i0 = i_begin; i0 < i_end; i0 += BLOCK) {
-            const uint16_t * x0 = a_packed + (i0 - i_begin) / BLOCK * 2 * ksteps * tile_values;
-            const uint16_t * x1 = x0 + ksteps * tile_values;
+            const uint16_t * x0 = a_packed + (i0 - i_begin) / BLOCK * 2 * tile_set;
+            const uint16_t * x1 = x0 + tile_set;
             _tile_zero(0);
             _tile_zero(1);
             for (int64_t s = 0; s < ksteps; ++s) {
-                _tile_loadd(4, x0 + s * tile_values, 64);
-                _tile_loadd(5, x1 + s * tile_values, 64);
-                _tile_loadd(6, y + s * tile_values, 64);
+                // A high x B high, A high x B low, A low x B high (low x low is below
+                // f16's last bit). Here A is X, B is Y'.
+                _tile_loadd(4, x0 + slot(0, s, 0, ksteps), 64);
+                _tile_loadd(5, x1 + slot(0, s, 0, ksteps), 64);
+                _tile_loadd(6, y + slot(0, s, 0, ksteps), 64);
+                _tile_loadd(7, y + slot(0, s, 1, ksteps), 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 5, 6);
+                _tile_dpbf16ps(0, 4, 7);
+                _tile_dpbf16ps(1, 5, 7);
+                _tile_loadd(4, x0 + slot(0, s, 1, ksteps), 64);
+                _tile_loadd(5, x1 + slot(0, s, 1, ksteps), 64);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 5, 6);
             }
@@ -331,19 +370,36 @@ extern "C" bool callstream_amx_gemm_f16(int ith, int nth, int64_t m, int64_t n, 
             const int64_t jrows = n - j0 < BLOCK ? n - j0 : BLOCK;
             pack_rows(B + j0 * ldb, ldb, jrows, k, ksteps, x);
             const uint16_t * x0 = x;
-            const uint16_t * x1 = x + ksteps * tile_values;
+            const uint16_t * x1 = x + tile_set;
             for (int64_t t = 0; t < my_tiles; t += 2) {
-                const uint16_t * y0 = y + t * ksteps * tile_values;
-                const uint16_t * y1 = y0 + ksteps * tile_values;
+                const uint16_t * y0 = y + t * tile_set;
+                const uint16_t * y1 = y0 + tile_set;
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_zero(2);
                 _tile_zero(3);
                 for (int64_t s = 0; s < ksteps; ++s) {
-                    _tile_loadd(4, x0 + s * tile_values, 64);
-                    _tile_loadd(5, x1 + s * tile_values, 64);
-                    _tile_loadd(6, y0 + s * tile_values, 64);
-                    _tile_loadd(7, y1 + s * tile_values, 64);
+                    // A high x B high, A high x B low, A low x B high, in that order
+                    // whichever way round (low x low is below f16's last bit), with eight
+                    // tile registers: four sums and four operands. Here A is Y', B is X.
+                    _tile_loadd(4, x0 + slot(0, s, 0, ksteps), 64);
+                    _tile_loadd(5, x1 + slot(0, s, 0, ksteps), 64);
+                    _tile_loadd(6, y0 + slot(0, s, 0, ksteps), 64);
+                    _tile_loadd(7, y1 + slot(0, s, 0, ksteps), 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                    _tile_loadd(4, x0 + slot(0, s, 1, ksteps), 64);
+                    _tile_loadd(5, x1 + slot(0, s, 1, ksteps), 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                    _tile_loadd(4, x0 + slot(0, s, 0, ksteps), 64);
+                    _tile_loadd(5, x1 + slot(0, s, 0, ksteps), 64);
+                    _tile_loadd(6, y0 + slot(0, s, 1, ksteps), 64);
+                    _tile_loadd(7, y1 + slot(0, s, 1, ksteps), 64);
                     _tile_dpbf16ps(0, 4, 6);
                     _tile_dpbf16ps(1, 4, 7);
                     _tile_dpbf16ps(2, 5, 6);

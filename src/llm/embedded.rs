@@ -71,6 +71,9 @@ pub struct EmbeddedConfig {
     /// llama.cpp's fused attention kernel; off, attention runs as separate matrix products,
     /// which on two AVX2 cores generates about 25% faster (README, Measured).
     pub flash_attention: bool,
+    /// Prompt tokens evaluated in one pass (llama.cpp's `n_ubatch`, at most [`PROMPT_CHUNK`]):
+    /// attention's score matrices grow with it, the passes over the weights shrink.
+    pub micro_batch: u32,
     /// Most tokens drafted ahead of a structured answer (see [`draft`]) and checked in one
     /// batch with the token they follow; 0 drafts none. `None`: [`AMX_DRAFT_TOKENS`] where the
     /// CPU module loaded has AMX, where checking several tokens costs about what one does,
@@ -335,6 +338,7 @@ fn worker(
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(config.context_tokens))
         .with_n_batch(PROMPT_CHUNK as u32)
+        .with_n_ubatch(config.micro_batch.clamp(1, PROMPT_CHUNK as u32))
         .with_n_threads(config.threads as i32)
         .with_n_threads_batch(config.threads as i32);
     // llama.cpp's own values of `llama_flash_attn_type`.

@@ -273,6 +273,7 @@ pub fn build_provider(
                     prefix_cache_entries: llm.prefix_cache_entries,
                     prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
                     flash_attention: llm.flash_attention,
+                    micro_batch: llm.micro_batch,
                     draft_tokens: llm.draft_tokens,
                 },
             )?;
