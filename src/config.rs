@@ -185,7 +185,7 @@ pub struct LlmConfig {
 }
 
 fn default_micro_batch() -> u32 {
-    512
+    128
 }
 
 /// `[llm.upstream]`.
@@ -701,6 +701,20 @@ mod tests {
         assert!(bad_url.is_err());
         let missing = Config::load_with_env(Some(Path::new("/nonexistent.toml")), env(&[]));
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
+        for micro_batch in ["0", "513"] {
+            let bad =
+                Config::load_with_env(None, env(&[("CALLSTREAM_LLM__MICRO_BATCH", micro_batch)]));
+            assert!(bad.unwrap_err().to_string().contains("micro_batch"));
+        }
+        let ok = Config::load_with_env(None, env(&[("CALLSTREAM_LLM__MICRO_BATCH", "512")]));
+        assert_eq!(ok.unwrap().llm.micro_batch, 512);
+        assert_eq!(
+            Config::load_with_env(None, env(&[]))
+                .unwrap()
+                .llm
+                .micro_batch,
+            128
+        );
     }
 
     #[test]

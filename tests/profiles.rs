@@ -34,7 +34,7 @@ fn model() -> EmbeddedLlm {
             prefix_cache_entries: 4,
             prefix_cache_bytes: 256 << 20,
             flash_attention: false,
-            micro_batch: 512,
+            micro_batch: 128,
             // Drafting on whatever the CPU: the analyses below check its answers too.
             draft_tokens: Some(8),
         },
