@@ -56,11 +56,11 @@ constexpr int64_t KSTEP = 32;  // bf16 values of k per tile row
 constexpr int64_t BLOCK = 32;  // rows of A (or B) per block: two tiles
 constexpr int PARTS = 2;       // each f16 value as a high and a low bf16
 
-// Products with fewer columns than this stay on llama.cpp's kernel: one generated token with a
-// handful of drafted ones is about as fast either way, and a single column is not a matrix
-// product at all (llamafile_sgemm is not called for it).
+// Products with fewer columns stay on llama.cpp's side, where a tile of 16 columns would be
+// mostly empty; a single column (a token generated with nothing drafted) is declined there too
+// and computed as dot products.
 constexpr int64_t MIN_COLUMNS = 4;
-// A matrix with fewer rows than two blocks per thread is too small to be worth the packing.
+// Fewer rows than two blocks are left to llama.cpp as well: too small to be worth the packing.
 constexpr int64_t MIN_ROWS = 64;
 
 struct alignas(64) TileConfig {
