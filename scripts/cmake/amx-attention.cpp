@@ -194,6 +194,38 @@ void pack_columns(const uint16_t * src, int64_t ld, int64_t rows, int64_t k, int
     }
 }
 
+// Tile registers are immediate operands, so the products are spelled out once here: sums in
+// tiles 0-3, X in 4-5, Y' in 6-7 (or 6 or 7 alone for a single tile of columns).
+inline void load_x(const uint16_t * x0, const uint16_t * x1, size_t offset) {
+    _tile_loadd(4, x0 + offset, 64);
+    _tile_loadd(5, x1 + offset, 64);
+}
+
+inline void load_y(const uint16_t * y0, const uint16_t * y1, size_t offset) {
+    _tile_loadd(6, y0 + offset, 64);
+    _tile_loadd(7, y1 + offset, 64);
+}
+
+// Two X tiles by two Y' tiles into sums 0-3.
+inline void products_2x2() {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
+// Two X tiles by the Y' tile in register 6, or in register 7, into sums 0-1 (the intrinsic
+// spells its registers out, so a template parameter cannot name them).
+inline void products_2x1_by6() {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 5, 6);
+}
+
+inline void products_2x1_by7() {
+    _tile_dpbf16ps(0, 4, 7);
+    _tile_dpbf16ps(1, 5, 7);
+}
+
 // 64-byte aligned storage that grows and is kept per thread.
 struct Aligned {
     uint16_t * data = nullptr;
@@ -333,18 +365,13 @@ extern "C" bool callstream_amx_gemm_f16(int ith, int nth, int64_t m, int64_t n, 
             for (int64_t s = 0; s < ksteps; ++s) {
                 // A high x B high, A high x B low, A low x B high (low x low is below
                 // f16's last bit). Here A is X, B is Y'.
-                _tile_loadd(4, x0 + slot(0, s, 0, ksteps), 64);
-                _tile_loadd(5, x1 + slot(0, s, 0, ksteps), 64);
+                load_x(x0, x1, slot(0, s, 0, ksteps));
                 _tile_loadd(6, y + slot(0, s, 0, ksteps), 64);
                 _tile_loadd(7, y + slot(0, s, 1, ksteps), 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 5, 6);
-                _tile_dpbf16ps(0, 4, 7);
-                _tile_dpbf16ps(1, 5, 7);
-                _tile_loadd(4, x0 + slot(0, s, 1, ksteps), 64);
-                _tile_loadd(5, x1 + slot(0, s, 1, ksteps), 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 5, 6);
+                products_2x1_by6();
+                products_2x1_by7();
+                load_x(x0, x1, slot(0, s, 1, ksteps));
+                products_2x1_by6();
             }
             for (int b = 0; b < 2; ++b) {
                 const int64_t ii = i0 + b * TILE;
@@ -382,28 +409,14 @@ extern "C" bool callstream_amx_gemm_f16(int ith, int nth, int64_t m, int64_t n, 
                     // A high x B high, A high x B low, A low x B high, in that order
                     // whichever way round (low x low is below f16's last bit), with eight
                     // tile registers: four sums and four operands. Here A is Y', B is X.
-                    _tile_loadd(4, x0 + slot(0, s, 0, ksteps), 64);
-                    _tile_loadd(5, x1 + slot(0, s, 0, ksteps), 64);
-                    _tile_loadd(6, y0 + slot(0, s, 0, ksteps), 64);
-                    _tile_loadd(7, y1 + slot(0, s, 0, ksteps), 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                    _tile_loadd(4, x0 + slot(0, s, 1, ksteps), 64);
-                    _tile_loadd(5, x1 + slot(0, s, 1, ksteps), 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                    _tile_loadd(4, x0 + slot(0, s, 0, ksteps), 64);
-                    _tile_loadd(5, x1 + slot(0, s, 0, ksteps), 64);
-                    _tile_loadd(6, y0 + slot(0, s, 1, ksteps), 64);
-                    _tile_loadd(7, y1 + slot(0, s, 1, ksteps), 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
+                    load_x(x0, x1, slot(0, s, 0, ksteps));
+                    load_y(y0, y1, slot(0, s, 0, ksteps));
+                    products_2x2();
+                    load_x(x0, x1, slot(0, s, 1, ksteps));
+                    products_2x2();
+                    load_x(x0, x1, slot(0, s, 0, ksteps));
+                    load_y(y0, y1, slot(0, s, 1, ksteps));
+                    products_2x2();
                 }
                 // Result tile (a, b): columns j0 + 16a.., rows i_begin + 16(t + b)..
                 for (int a = 0; a < 2; ++a) {
