@@ -13,8 +13,9 @@ pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
 /// Prefix of environment variables that override configuration values.
 pub const ENV_PREFIX: &str = "CALLSTREAM_";
 
-/// Environment variables with the prefix that are not configuration paths.
-const ENV_NOT_PATHS: &[&str] = &["CALLSTREAM_CONFIG"];
+/// Environment variables with the prefix that are not configuration paths (the second is read
+/// by the AMX attention kernel in llama.cpp's CPU module).
+const ENV_NOT_PATHS: &[&str] = &["CALLSTREAM_CONFIG", "CALLSTREAM_AMX_ATTENTION"];
 
 /// Path of the live-call endpoint; the same for every organisation.
 pub const CALLSTREAM_WS_PATH: &str = "/api/callstream/ws";
@@ -661,6 +662,8 @@ mod tests {
                 ("CALLSTREAM_STORAGE__SECRET_KEY", "123"),
                 ("CALLSTREAM_PLANS__GOLD__RPM", "9"),
                 ("CALLSTREAM_CONFIG", "/not/a/path"),
+                // Read by llama.cpp's AMX module, not a key.
+                ("CALLSTREAM_AMX_ATTENTION", "off"),
                 ("OTHER", "x"),
             ]),
         )

@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -89,9 +90,23 @@ bool cpu_has_amx_bf16() {
     return (eax >> 5) & 1;  // AVX512_BF16, for the conversions
 }
 
+// CALLSTREAM_AMX_ATTENTION=off (or 0, false, no) leaves every product to llama.cpp's own kernel.
+bool turned_off() {
+    const char * value = std::getenv("CALLSTREAM_AMX_ATTENTION");
+    if (value == nullptr) {
+        return false;
+    }
+    for (const char * off : {"0", "off", "false", "no"}) {
+        if (std::strcmp(value, off) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 bool amx_ready() {
     static const bool ready = [] {
-        if (!cpu_has_amx_bf16()) {
+        if (turned_off() || !cpu_has_amx_bf16()) {
             return false;
         }
 #if defined(__linux__)

@@ -21,8 +21,10 @@ use callstream::llm::Provider;
 use callstream::llm::{Generation, Message, Sampling};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::pool::AsrPool;
+use callstream_actors::asr::wer::{normalise, words_in_order};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 use callstream_actors::transcript::{dialogue, speaker_label};
+use serde_json::Value;
 
 /// Options of `bench analysis`.
 pub struct Options {
@@ -74,20 +76,67 @@ pub struct Call {
     /// Its name in calls.txt.
     pub id: String,
     intent: String,
-    bant: Vec<(String, String)>,
-    neat_p: Vec<(String, String)>,
+    bant: Vec<Label>,
+    neat_p: Vec<Label>,
     /// (is the customer, text)
     pub turns: Vec<(bool, String)>,
 }
 
-fn parse_fields(spec: &str) -> anyhow::Result<Vec<(String, String)>> {
+/// The expected answer for one BANT or NEAT-P field of a call.
+#[derive(Debug)]
+struct Label {
+    field: String,
+    status: String,
+    /// For a field the call states, the turns (numbered from 1 in the call) that state it:
+    /// `need:identified@3` or `access_to_authority:identified@2+4`. Its quote is right when
+    /// it is the transcription of one of these.
+    lines: Vec<usize>,
+}
+
+fn parse_fields(spec: &str) -> anyhow::Result<Vec<Label>> {
     spec.split(',')
         .map(|f| {
-            f.split_once(':')
-                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                .with_context(|| format!("bad field {f:?}"))
+            let (field, rest) = f
+                .split_once(':')
+                .with_context(|| format!("bad field {f:?}"))?;
+            let (status, lines) = rest.split_once('@').unwrap_or((rest, ""));
+            let lines = lines
+                .split('+')
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.trim().parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("bad turn numbers in {f:?}"))?;
+            Ok(Label {
+                field: field.trim().to_owned(),
+                status: status.trim().to_owned(),
+                lines,
+            })
         })
         .collect()
+}
+
+/// Least share of a quote's words, in order, that must come from a turn for the quote to be
+/// that turn's (a transcription misses words; a quote may be part of a turn).
+const QUOTE_FROM_TURN: f64 = 0.5;
+
+/// The turn (numbered from 1) a quote comes from: the one holding the largest share of the
+/// quote's words in order, if that share is at least [`QUOTE_FROM_TURN`] and no other turn
+/// holds as much.
+fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
+    let words = normalise(quote);
+    if words.is_empty() {
+        return None;
+    }
+    let shares: Vec<f64> = turns
+        .iter()
+        .map(|(_, said)| words_in_order(&normalise(said), &words) as f64 / words.len() as f64)
+        .collect();
+    let best = shares.iter().copied().fold(0.0, f64::max);
+    let mut at = shares.iter().enumerate().filter(|(_, s)| **s == best);
+    match (at.next(), at.next()) {
+        (Some((i, _)), None) if best >= QUOTE_FROM_TURN => Some(i + 1),
+        _ => None,
+    }
 }
 
 /// The calls of a set's `calls.txt`, in order (call N is recorded in `call-NN.flac`).
@@ -213,6 +262,10 @@ struct Tally {
     /// Fields labelled identified that came back identified with a quote.
     identified_quoted: usize,
     identified: usize,
+    /// Fields labelled identified, with the turns that state them, that came back identified
+    /// with a quote from one of those turns; and how many were so labelled.
+    identified_own_quote: usize,
+    identified_lined: usize,
     /// Fields labelled not_found that came back with a status other than not_found.
     invented: usize,
     absent: usize,
@@ -224,25 +277,50 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, call: &str, expected: &[(String, String)], analysis: &Analysis) {
+    fn add(&mut self, call: &Call, expected: &[Label], analysis: &Analysis) {
+        let id = &call.id;
         self.quotes_given += analysis.quotes.given;
         self.quotes_verbatim += analysis.quotes.verbatim;
         self.quotes_aligned += analysis.quotes.aligned;
         self.checked += analysis.checked;
-        for (field, status) in expected {
+        for Label {
+            field,
+            status,
+            lines,
+        } in expected
+        {
             let got = &analysis.record[field];
             let got_status = got["status"].as_str().unwrap_or("?");
             self.total += 1;
             if got_status == status {
                 self.right += 1;
             } else {
-                println!("    {call} {field}: expected {status}, got {got_status} {got}");
+                println!("    {id} {field}: expected {status}, got {got_status} {got}");
             }
             if status == "identified" {
                 self.identified += 1;
                 let quoted = got["evidence"].as_array().is_some_and(|e| !e.is_empty());
                 if got_status == "identified" && quoted {
                     self.identified_quoted += 1;
+                }
+                if !lines.is_empty() {
+                    self.identified_lined += 1;
+                    let from: Vec<Option<usize>> = got["evidence"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(|q| quoted_turn(q, &call.turns))
+                        .collect();
+                    if got_status == "identified"
+                        && from.iter().flatten().any(|t| lines.contains(t))
+                    {
+                        self.identified_own_quote += 1;
+                    } else if got_status == "identified" && quoted {
+                        println!(
+                            "    {id} {field}: identified, but not quoted from turn {lines:?} (quotes from turns {from:?})"
+                        );
+                    }
                 }
             }
             if status == "not_found" {
@@ -437,7 +515,7 @@ fn quality(
                 seller.as_deref(),
             ))?;
             times.push((ProfileKind::Bant, b.secs));
-            bant.add(&call.id, &call.bant, &b.analysis);
+            bant.add(call, &call.bant, &b.analysis);
         }
         if !call.neat_p.is_empty() && !options.intent_only {
             let p = runtime.block_on(run(
@@ -448,7 +526,7 @@ fn quality(
                 seller.as_deref(),
             ))?;
             times.push((ProfileKind::NeatP, p.secs));
-            neat_p.add(&call.id, &call.neat_p, &p.analysis);
+            neat_p.add(call, &call.neat_p, &p.analysis);
         }
     }
     let mean = |kind: ProfileKind| {
@@ -479,12 +557,14 @@ fn quality(
     );
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         println!(
-            "{name:<6} status        {}/{} ({:.1}%); identified with a quote {}/{}; invented where absent {}/{}",
+            "{name:<6} status        {}/{} ({:.1}%); identified with a quote {}/{}, quoted from the turn that states it {}/{}; invented where absent {}/{}",
             t.right,
             t.total,
             pct(t.right, t.total),
             t.identified_quoted,
             t.identified,
+            t.identified_own_quote,
+            t.identified_lined,
             t.invented,
             t.absent
         );
@@ -492,8 +572,8 @@ fn quality(
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         let c = t.checked;
         println!(
-            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}",
-            c.sorted, c.dropped, c.repaired, c.cleared, c.doubted, c.doubted_kept
+            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}",
+            c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
@@ -656,16 +736,38 @@ mod tests {
                 if fields.is_empty() {
                     continue;
                 }
-                let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+                let names: Vec<&str> = fields.iter().map(|l| l.field.as_str()).collect();
                 assert_eq!(names, expected, "{}", call.id);
-                assert!(fields.iter().all(|(_, v)| statuses.contains(&v.as_str())));
+                for label in fields.iter() {
+                    assert!(statuses.contains(&label.status.as_str()));
+                    // A stated field names the customer's turns that state it; no other does.
+                    assert_eq!(
+                        label.status == "identified",
+                        !label.lines.is_empty(),
+                        "{} {}",
+                        call.id,
+                        label.field
+                    );
+                    for &line in &label.lines {
+                        assert!(
+                            call.turns
+                                .get(line.wrapping_sub(1))
+                                .is_some_and(|(c, _)| *c),
+                            "{} {}: turn {line} is not the customer's",
+                            call.id,
+                            label.field
+                        );
+                    }
+                }
             }
         }
         // Every status occurs among the sales calls' labels.
         for status in statuses {
-            assert!(sales
+            assert!(sales.iter().any(|c| c
+                .bant
                 .iter()
-                .any(|c| c.bant.iter().chain(&c.neat_p).any(|(_, v)| v == status)));
+                .chain(&c.neat_p)
+                .any(|l| l.status == status)));
         }
         // Each call has its recording: two channels, the customer on the first.
         for (n, call) in calls.iter().enumerate() {
@@ -681,6 +783,57 @@ mod tests {
         assert!(!dir
             .join(format!("call-{:02}.flac", calls.len() + 1))
             .exists());
+    }
+
+    #[test]
+    fn a_quote_is_placed_in_the_turn_it_comes_from() {
+        let turns: Vec<(bool, String)> = [
+            "Thanks for calling, how can I help?",
+            "Our shift planning is done in spreadsheets and we lose about twenty thousand dollars a month.",
+            "We've approved forty thousand dollars for this project.",
+            "Okay, thanks.",
+            "Okay, thanks.",
+        ]
+        .iter()
+        .map(|t| (true, (*t).to_owned()))
+        .collect();
+        // Verbatim, a part, and a transcription with misheard words and digits.
+        assert_eq!(
+            quoted_turn(
+                "We've approved forty thousand dollars for this project.",
+                &turns
+            ),
+            Some(3)
+        );
+        assert_eq!(
+            quoted_turn("we lose about twenty thousand dollars", &turns),
+            Some(2)
+        );
+        assert_eq!(
+            quoted_turn(
+                "Our ship's planning is not in French and we lose about $20,000 a month.",
+                &turns
+            ),
+            Some(2)
+        );
+        // Nothing like any turn, or as like two turns: from none.
+        assert_eq!(quoted_turn("The board meets in June.", &turns), None);
+        assert_eq!(quoted_turn("Okay, thanks.", &turns), None);
+        assert_eq!(quoted_turn("", &turns), None);
+    }
+
+    #[test]
+    fn labels_name_the_turns_that_state_a_field() {
+        let labels =
+            parse_fields("need:identified@3, access_to_authority:identified@2+4,timeline:partial")
+                .unwrap();
+        assert_eq!(labels[0].lines, [3]);
+        assert_eq!(labels[1].field, "access_to_authority");
+        assert_eq!(labels[1].lines, [2, 4]);
+        assert_eq!(labels[2].status, "partial");
+        assert!(labels[2].lines.is_empty());
+        assert!(parse_fields("need:identified@three").is_err());
+        assert!(parse_fields("need").is_err());
     }
 
     /// The words that carry a call's content: the WER's normal form without the speaker
