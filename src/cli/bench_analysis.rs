@@ -21,7 +21,7 @@ use callstream::llm::Provider;
 use callstream::llm::{Generation, Message, Sampling};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::pool::AsrPool;
-use callstream_actors::asr::wer::{normalise, words_in_order};
+use callstream_actors::asr::wer::{correct_words, normalise};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 use callstream_actors::transcript::{dialogue, speaker_label};
 use serde_json::Value;
@@ -90,7 +90,7 @@ struct Label {
     /// For a field the call states, the turns (numbered from 1 in the call) that state it:
     /// `need:identified@3` or `access_to_authority:identified@2+4`. Its quote is right when
     /// it is the transcription of one of these.
-    lines: Vec<usize>,
+    turns: Vec<usize>,
 }
 
 fn parse_fields(spec: &str) -> anyhow::Result<Vec<Label>> {
@@ -99,8 +99,8 @@ fn parse_fields(spec: &str) -> anyhow::Result<Vec<Label>> {
             let (field, rest) = f
                 .split_once(':')
                 .with_context(|| format!("bad field {f:?}"))?;
-            let (status, lines) = rest.split_once('@').unwrap_or((rest, ""));
-            let lines = lines
+            let (status, turns) = rest.split_once('@').unwrap_or((rest, ""));
+            let turns = turns
                 .split('+')
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| l.trim().parse::<usize>())
@@ -109,7 +109,7 @@ fn parse_fields(spec: &str) -> anyhow::Result<Vec<Label>> {
             Ok(Label {
                 field: field.trim().to_owned(),
                 status: status.trim().to_owned(),
-                lines,
+                turns,
             })
         })
         .collect()
@@ -129,7 +129,7 @@ fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
     }
     let shares: Vec<f64> = turns
         .iter()
-        .map(|(_, said)| words_in_order(&normalise(said), &words) as f64 / words.len() as f64)
+        .map(|(_, said)| correct_words(said, quote) as f64 / words.len() as f64)
         .collect();
     let best = shares.iter().copied().fold(0.0, f64::max);
     let mut at = shares.iter().enumerate().filter(|(_, s)| **s == best);
@@ -286,7 +286,7 @@ impl Tally {
         for Label {
             field,
             status,
-            lines,
+            turns,
         } in expected
         {
             let got = &analysis.record[field];
@@ -303,7 +303,7 @@ impl Tally {
                 if got_status == "identified" && quoted {
                     self.identified_quoted += 1;
                 }
-                if !lines.is_empty() {
+                if !turns.is_empty() {
                     self.identified_lined += 1;
                     let from: Vec<Option<usize>> = got["evidence"]
                         .as_array()
@@ -313,12 +313,12 @@ impl Tally {
                         .map(|q| quoted_turn(q, &call.turns))
                         .collect();
                     if got_status == "identified"
-                        && from.iter().flatten().any(|t| lines.contains(t))
+                        && from.iter().flatten().any(|t| turns.contains(t))
                     {
                         self.identified_own_quote += 1;
                     } else if got_status == "identified" && quoted {
                         println!(
-                            "    {id} {field}: identified, but not quoted from turn {lines:?} (quotes from turns {from:?})"
+                            "    {id} {field}: identified, but not quoted from turn {turns:?} (quotes from turns {from:?})"
                         );
                     }
                 }
@@ -743,12 +743,12 @@ mod tests {
                     // A stated field names the customer's turns that state it; no other does.
                     assert_eq!(
                         label.status == "identified",
-                        !label.lines.is_empty(),
+                        !label.turns.is_empty(),
                         "{} {}",
                         call.id,
                         label.field
                     );
-                    for &line in &label.lines {
+                    for &line in &label.turns {
                         assert!(
                             call.turns
                                 .get(line.wrapping_sub(1))
@@ -827,11 +827,11 @@ mod tests {
         let labels =
             parse_fields("need:identified@3, access_to_authority:identified@2+4,timeline:partial")
                 .unwrap();
-        assert_eq!(labels[0].lines, [3]);
+        assert_eq!(labels[0].turns, [3]);
         assert_eq!(labels[1].field, "access_to_authority");
-        assert_eq!(labels[1].lines, [2, 4]);
+        assert_eq!(labels[1].turns, [2, 4]);
         assert_eq!(labels[2].status, "partial");
-        assert!(labels[2].lines.is_empty());
+        assert!(labels[2].turns.is_empty());
         assert!(parse_fields("need:identified@three").is_err());
         assert!(parse_fields("need").is_err());
     }
