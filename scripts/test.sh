@@ -14,6 +14,13 @@ if grep -qw amx_bf16 /proc/cpuinfo; then
         scripts/cmake/amx-attention-check.cpp -o "$CARGO_TARGET_DIR/amx-attention-check" -lpthread
     "$CARGO_TARGET_DIR/amx-attention-check"
 fi
+# llama.cpp's softmax with its maximum taken lane-wise (scripts/cmake/softmax.cpp), bit for bit
+# against the steps of llama.cpp's own, on every x86 CPU.
+if [[ "$(uname -m)" == x86_64 ]]; then
+    g++ -O2 -std=c++17 -march=native -ffp-contract=off -DCALLSTREAM_SOFTMAX_STANDALONE \
+        scripts/cmake/softmax-check.cpp -o "$CARGO_TARGET_DIR/softmax-check"
+    "$CARGO_TARGET_DIR/softmax-check"
+fi
 cargo fmt --all -- --check
 # The same profile and targets as the tests (and scripts/serve.sh), so nothing is built twice.
 cargo clippy --release --workspace --all-targets -- -D warnings

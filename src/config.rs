@@ -13,9 +13,13 @@ pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
 /// Prefix of environment variables that override configuration values.
 pub const ENV_PREFIX: &str = "CALLSTREAM_";
 
-/// Environment variables with the prefix that are not configuration paths (the second is read
-/// by the AMX attention kernel in llama.cpp's CPU module).
-const ENV_NOT_PATHS: &[&str] = &["CALLSTREAM_CONFIG", "CALLSTREAM_AMX_ATTENTION"];
+/// Environment variables with the prefix that are not configuration paths (the others are
+/// read by our code in llama.cpp's CPU modules: the AMX attention kernel and the softmax).
+const ENV_NOT_PATHS: &[&str] = &[
+    "CALLSTREAM_CONFIG",
+    "CALLSTREAM_AMX_ATTENTION",
+    "CALLSTREAM_SOFTMAX_LANES",
+];
 
 /// Path of the live-call endpoint; the same for every organisation.
 pub const CALLSTREAM_WS_PATH: &str = "/api/callstream/ws";
@@ -203,6 +207,25 @@ pub struct UpstreamSettings {
     pub timeout_ms: u64,
     /// Connect timeout, milliseconds.
     pub connect_timeout_ms: u64,
+    /// A JSON object whose fields are added to every request body (a field the service
+    /// also sets is replaced); empty for none.
+    #[serde(default)]
+    pub extra_body: String,
+}
+
+impl UpstreamSettings {
+    /// [`UpstreamSettings::extra_body`] as an object (empty when unset).
+    pub fn extra_body(&self) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        if self.extra_body.trim().is_empty() {
+            return Ok(serde_json::Map::new());
+        }
+        match serde_json::from_str(&self.extra_body) {
+            Ok(serde_json::Value::Object(fields)) => Ok(fields),
+            _ => {
+                Err("llm.upstream.extra_body must be a JSON object, such as {\"top_k\": 20}".into())
+            }
+        }
+    }
 }
 
 /// `[asr]`.
@@ -431,6 +454,7 @@ impl Config {
                     .into(),
             ));
         }
+        self.llm.upstream.extra_body().map_err(invalid)?;
         if !(1..=1_000).contains(&self.storage.postgres_pool) {
             return Err(invalid(
                 "storage.postgres_pool must be between 1 and 1000".into(),
@@ -662,8 +686,9 @@ mod tests {
                 ("CALLSTREAM_STORAGE__SECRET_KEY", "123"),
                 ("CALLSTREAM_PLANS__GOLD__RPM", "9"),
                 ("CALLSTREAM_CONFIG", "/not/a/path"),
-                // Read by llama.cpp's AMX module, not a key.
+                // Read by our code in llama.cpp's CPU modules, not keys.
                 ("CALLSTREAM_AMX_ATTENTION", "off"),
+                ("CALLSTREAM_SOFTMAX_LANES", "off"),
                 ("OTHER", "x"),
             ]),
         )

@@ -375,3 +375,244 @@ async fn unreachable_mcp_server_does_not_break_chat() {
     );
     assert!(fake.seen()[0].body.get("tools").is_none());
 }
+
+/// `response_format` on the embedded model: the answer is JSON valid against the client's
+/// schema (its references written out), or any JSON object; it is left as written whatever
+/// `return_markdown` says; schemas the grammar cannot hold, or that would hold the shared
+/// model too long, are 400s that bill nothing.
+#[tokio::test]
+async fn structured_answers_keep_to_the_clients_schema() {
+    let env = Env::new(&[]);
+    let server = env.serve();
+    let (org, _, secret) = env.org_with_key("Acme");
+    let client = reqwest::Client::new();
+    let ask = "A caller says: my order 4471 arrived broken, I want a refund. Classify the call.";
+    // The shape a Pydantic model with a nested enum gives.
+    let schema = json!({
+        "$defs": {"Kind": {"type": "string", "enum": ["refund", "delivery", "billing"]}},
+        "type": "object",
+        "properties": {
+            "kind": {"$ref": "#/$defs/Kind"},
+            "order_number": {"type": "integer"},
+            "summary": {"type": "string", "maxLength": 120}
+        },
+        "required": ["kind", "order_number", "summary"],
+        "additionalProperties": false
+    });
+    let (status, body) = post(
+        &client,
+        &server.url(URL),
+        &secret,
+        &json!({"messages": [{"role": "user", "content": ask}], "return_markdown": false,
+                "max_tokens": 120, "temperature": 0,
+                "response_format": {"type": "json_schema",
+                    "json_schema": {"name": "call", "schema": schema, "strict": true}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    let answer: serde_json::Value = serde_json::from_str(content).expect("the answer is JSON");
+    let fields = answer.as_object().unwrap();
+    assert_eq!(
+        fields.keys().collect::<Vec<_>>(),
+        ["kind", "order_number", "summary"],
+        "{content}"
+    );
+    assert!(
+        ["refund", "delivery", "billing"].contains(&answer["kind"].as_str().unwrap()),
+        "{content}"
+    );
+    assert!(answer["order_number"].is_i64(), "{content}");
+    assert!(answer["summary"].as_str().unwrap().chars().count() <= 120);
+    let billed = body["usage"]["total_tokens"].as_u64().unwrap();
+
+    // Any JSON object, streamed: the pieces join into one.
+    let resp = client
+        .post(server.url(URL))
+        .header("X-API-Key", &secret)
+        .json(&json!({"messages": [{"role": "user", "content": "Give the caller's name and city: I'm Ana from Porto."}],
+                      "return_markdown": false, "max_tokens": 60, "temperature": 0, "stream": true,
+                      "response_format": {"type": "json_object"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = resp.text().await.unwrap();
+    let mut streamed = String::new();
+    for data in events.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: serde_json::Value = serde_json::from_str(data).unwrap();
+        if let Some(piece) = chunk["choices"][0]["delta"]["content"].as_str() {
+            streamed.push_str(piece);
+        }
+    }
+    let object: serde_json::Value =
+        serde_json::from_str(&streamed).unwrap_or_else(|e| panic!("{e}: {streamed:?}"));
+    assert!(object.is_object(), "{streamed}");
+
+    // Refused before the model is asked, or by the grammar converter.
+    let m = json!([{"role": "user", "content": "hi"}]);
+    let format = |schema: serde_json::Value| {
+        json!({"messages": m, "return_markdown": true, "max_tokens": 20,
+               "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    };
+    let mut nested = json!({"type": "string"});
+    for _ in 0..8 {
+        nested = json!({"anyOf": [nested, {"type": "integer"}]});
+    }
+    let refused = [
+        json!({"messages": m, "return_markdown": true, "response_format": {"type": "xml"}}),
+        json!({"messages": m, "return_markdown": true, "response_format": {"type": "json_schema"}}),
+        format(
+            json!({"$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}}}, "$ref": "#/$defs/N"}),
+        ),
+        format(nested),
+        format(
+            json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)*$"}}}),
+        ),
+        // A pattern the grammar converter finds invalid: refused by the model's thread.
+        format(
+            json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^(ab$"}}}),
+        ),
+    ];
+    for body in refused {
+        let (status, answer) = post(&client, &server.url(URL), &secret, &body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("invalid_response_format")),
+            "{body}: {answer}"
+        );
+    }
+    // Only the two answers were billed: the stream's reached the ledger too.
+    let used = tokens_used(&env, &org);
+    assert!(used > billed, "{used} after {billed}");
+}
+
+/// The analyses through the upstream provider, against a real OpenAI-compatible server:
+/// another instance of this service on the embedded model, which takes the structured
+/// requests (`response_format: json_schema`, streamed) and bills them to its own client. The
+/// records parse, their labels come from the documented sets, and their quotes are the
+/// transcript's words.
+#[tokio::test]
+async fn analyses_run_through_the_upstream_provider_on_another_instance() {
+    use callstream::llm::profiles::{analyse, intent_labels, ProfileKind, FILE_LAYOUT};
+    use callstream::llm::upstream::{UpstreamConfig, UpstreamLlm};
+    const TRANSCRIPT: &str = "Agent: Thanks for calling Acme Software, how can I help?
+Customer: Hi, I'm the operations director at Northwind. We want to replace our call center software.
+Customer: Our contract ends in March, so we need something in place before then.
+Agent: Do you have a budget in mind?
+Customer: We have about fifty thousand dollars set aside for this.";
+    let env = Env::new(&[]);
+    let server = env.serve();
+    let (org, _, secret) = env.org_with_key("Model host");
+    let mut extra_body = serde_json::Map::new();
+    extra_body.insert("return_markdown".into(), json!(false));
+    let upstream = UpstreamLlm::new(UpstreamConfig {
+        base_url: server.url("/api/llm"),
+        api_key: secret,
+        model: "callstream".into(),
+        timeout: std::time::Duration::from_secs(600),
+        connect_timeout: std::time::Duration::from_secs(5),
+        extra_body,
+    })
+    .unwrap();
+
+    let (intent, intent_usage) = analyse(
+        &upstream,
+        ProfileKind::Intent,
+        FILE_LAYOUT,
+        TRANSCRIPT,
+        Some("Agent"),
+    )
+    .await
+    .unwrap();
+    let labels = intent_labels();
+    let intents = intent["intents"].as_array().unwrap();
+    assert!(!intents.is_empty(), "{intent}");
+    for i in intents {
+        assert!(
+            labels.contains(&i["intent"].as_str().unwrap().to_owned()),
+            "{i}"
+        );
+    }
+    let (bant, bant_usage) = analyse(
+        &upstream,
+        ProfileKind::Bant,
+        FILE_LAYOUT,
+        TRANSCRIPT,
+        Some("Agent"),
+    )
+    .await
+    .unwrap();
+    println!("intent {intent}\nbant {bant}");
+    assert_eq!(
+        bant.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["budget", "authority", "need", "timeline"]
+    );
+    for (name, field) in bant.as_object().unwrap() {
+        assert!(
+            ["identified", "partial", "not_found"].contains(&field["status"].as_str().unwrap()),
+            "{name}: {field}"
+        );
+        for quote in field["evidence"].as_array().unwrap() {
+            let quote = quote.as_str().unwrap();
+            assert!(TRANSCRIPT.contains(quote), "{name}: {quote:?}");
+        }
+    }
+    // What the upstream client counted is what the serving instance billed.
+    let spent = intent_usage.total_tokens + bant_usage.total_tokens;
+    assert!(spent > 0);
+    assert_eq!(tokens_used(&env, &org), spent);
+}
+
+/// A structured turn on the upstream provider: the client's own `response_format` (its name
+/// and `strict`) is what the provider is sent, the configured extra fields ride along, the
+/// organisation's MCP tools are not offered (a JSON answer has no room for a call), and the
+/// answer comes back as written, Markdown characters and all.
+#[tokio::test]
+async fn a_structured_turn_is_forwarded_with_the_clients_format() {
+    let fake = FakeUpstream::start().await;
+    fake.push(Reply::Text(
+        vec!["{\"title\": \"**Q3**", " plan\"}"],
+        (20, 6),
+    ));
+    let mut vars = fake.env();
+    vars.push((
+        "CALLSTREAM_LLM__UPSTREAM__EXTRA_BODY",
+        "{\"top_k\": 20}".into(),
+    ));
+    let env = Env::with(vars);
+    let server = env.serve();
+    let (org, _, secret) = env.org_with_key("Acme");
+    env.cli_json(&["org", "set-mcp", &org, "--url", "http://127.0.0.1:9/mcp"]);
+    let client = reqwest::Client::new();
+    let schema = json!({"type": "object", "properties": {"title": {"type": "string"}},
+                        "required": ["title"], "additionalProperties": false});
+    let (status, body) = post(
+        &client,
+        &server.url(URL),
+        &secret,
+        &json!({"messages": [{"role": "user", "content": "Title for the plan?"}], "return_markdown": false,
+                "response_format": {"type": "json_schema",
+                    "json_schema": {"name": "plan_title", "schema": schema, "strict": false}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "{\"title\": \"**Q3** plan\"}"
+    );
+    let sent = &fake.seen()[0].body;
+    assert_eq!(
+        sent["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "plan_title", "schema": schema, "strict": false}})
+    );
+    assert_eq!(sent["top_k"], 20);
+    assert!(sent.get("tools").is_none());
+    let system = sent["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("JSON"), "{system}");
+    assert_eq!(tokens_used(&env, &org), 26);
+}

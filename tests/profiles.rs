@@ -184,6 +184,7 @@ async fn say_yes(
                 ..Default::default()
             },
             json_schema: None,
+            response_format: None,
             odds: None,
         },
         None,
@@ -206,6 +207,7 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
                     ..Default::default()
                 },
                 json_schema: Some(serde_json::json!({"type": "object"})),
+                response_format: None,
                 odds: None,
             },
             None,
@@ -389,6 +391,7 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
             ..Default::default()
         },
         json_schema: Some(schema.clone()),
+        response_format: None,
         odds: Some(Odds {
             after: "\"status\":\"".into(),
             words: statuses.iter().map(|s| s.to_string()).collect(),
@@ -494,6 +497,7 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
             ..Default::default()
         },
         json_schema: None,
+        response_format: None,
         odds: None,
     };
     llm.generate(chat, None).await.unwrap();

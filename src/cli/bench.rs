@@ -680,6 +680,7 @@ pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<()> {
                     ..Sampling::default()
                 },
                 json_schema: None,
+                response_format: None,
                 odds: None,
             };
             let started = Instant::now();

@@ -378,6 +378,7 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
             ..Sampling::default()
         },
         json_schema: None,
+        response_format: None,
         odds: None,
     };
     provider.generate(generation, None).await?;

@@ -8,7 +8,10 @@
 //! `frequency_penalty` and `presence_penalty` -2 to 2 (default 0); `seed` a non-negative
 //! integer; `system_prompt` a string layered on the organisation's prompt; `user` an opaque
 //! end-user id (at most 256 characters) recorded with the usage; `stream` a boolean (true:
-//! server-sent events, see [`crate::http::chat_stream`]) and `stream_options.include_usage`.
+//! server-sent events, see [`crate::http::chat_stream`]) and `stream_options.include_usage`;
+//! `response_format` `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema",
+//! "json_schema": {"name", "schema", "strict"?, "description"?}}` (the schema an object of at
+//! most 16 KiB; on the embedded model also within [`crate::llm::schema`]'s bounds).
 //! An assistant message's content may be empty or null; content may also be OpenAI-style
 //! text parts. Other fields are ignored.
 
@@ -21,7 +24,7 @@ use callstream_actors::usage::{UsageKind, UsageSource};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::http::errors::ApiError;
-use crate::llm::chat::ChatTurn;
+use crate::llm::chat::{ChatTurn, ResponseFormat};
 use crate::llm::{FinishReason, Message, Role, Sampling, Usage};
 
 /// Largest request body.
@@ -32,6 +35,8 @@ pub const MAX_MESSAGES: usize = 256;
 pub const REALTIME_MAX_TOKENS: u32 = 4096;
 /// Temperature of realtime turns, fixed by the contract.
 pub const REALTIME_TEMPERATURE: f32 = 0.2;
+/// Longest schema of a `response_format`, in bytes of compact JSON.
+pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 /// Sampling fields only the REST endpoint takes.
 pub const SAMPLING_FIELDS: [&str; 7] = [
     "max_tokens",
@@ -313,6 +318,7 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
         ),
         Some(_) => return Err(invalid("invalid_stream", "stream must be a boolean")),
     };
+    let response_format = parse_response_format(obj.get("response_format"))?;
     Ok(ParsedTurn {
         stream,
         turn: ChatTurn {
@@ -321,9 +327,82 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
             return_markdown,
             sampling,
             budget: None,
+            response_format,
         },
         user,
     })
+}
+
+/// Checks `response_format`: plain text (`None`), any JSON object, or JSON valid against the
+/// client's schema. The schema is passed on as given; what an upstream server is sent is
+/// the client's own `response_format`, rebuilt from the fields checked here.
+fn parse_response_format(value: Option<&Value>) -> Result<Option<ResponseFormat>, Invalid> {
+    let bad = |message: &str| invalid("invalid_response_format", message);
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let kind = value.get("type").and_then(Value::as_str);
+    match kind {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat {
+            schema: serde_json::json!({"type": "object"}),
+            wire: serde_json::json!({"type": "json_object"}),
+        })),
+        Some("json_schema") => {
+            let spec = value
+                .get("json_schema")
+                .and_then(Value::as_object)
+                .ok_or_else(|| bad("response_format.json_schema must be an object"))?;
+            let name = spec
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| {
+                    (1..=64).contains(&n.len())
+                        && n.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                })
+                .ok_or_else(|| {
+                    bad("response_format.json_schema.name must be 1-64 letters, digits, _ or -")
+                })?;
+            let schema = spec
+                .get("schema")
+                .filter(|s| s.is_object())
+                .ok_or_else(|| bad("response_format.json_schema.schema must be a JSON object"))?;
+            if schema.to_string().len() > MAX_SCHEMA_BYTES {
+                return Err(bad(&format!(
+                    "response_format.json_schema.schema must be at most {MAX_SCHEMA_BYTES} bytes"
+                )));
+            }
+            let mut wire = serde_json::Map::new();
+            wire.insert("name".into(), Value::from(name));
+            wire.insert("schema".into(), schema.clone());
+            match spec.get("strict") {
+                None | Some(Value::Null) => {}
+                Some(Value::Bool(b)) => {
+                    wire.insert("strict".into(), Value::Bool(*b));
+                }
+                Some(_) => return Err(bad("response_format.json_schema.strict must be a boolean")),
+            }
+            match spec.get("description") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(d)) if d.len() <= 4096 => {
+                    wire.insert("description".into(), Value::from(d.as_str()));
+                }
+                Some(_) => {
+                    return Err(bad(
+                        "response_format.json_schema.description must be a string of at most 4096 bytes",
+                    ))
+                }
+            }
+            Ok(Some(ResponseFormat {
+                schema: schema.clone(),
+                wire: serde_json::json!({"type": "json_schema", "json_schema": wire}),
+            }))
+        }
+        _ => Err(bad(
+            "response_format.type must be \"text\", \"json_object\" or \"json_schema\"",
+        )),
+    }
 }
 
 #[derive(Serialize)]
@@ -398,8 +477,18 @@ async fn complete(
         message: format!("the body is not valid JSON: {e}"),
     })?;
     let parsed = parse_rest(&value)?;
-    let return_markdown = parsed.turn.return_markdown;
+    // A structured answer is given as the model wrote it: Markdown rules would break its JSON.
+    let return_markdown = parsed.turn.return_markdown || parsed.turn.response_format.is_some();
     let mut turn = parsed.turn;
+    if let Some(format) = turn.response_format.as_mut() {
+        if app.llm.keeps_to_any_schema() {
+            format.schema =
+                crate::llm::schema::prepare(&format.schema).map_err(|e| ApiError::BadRequest {
+                    code: "invalid_response_format",
+                    message: format!("response_format.json_schema.schema: {e}"),
+                })?;
+        }
+    }
     let reservation = reserve_turn(&app, &caller, &mut turn)?;
     if let Some(include_usage) = parsed.stream {
         return crate::http::chat_stream::stream(
@@ -516,5 +605,51 @@ mod tests {
             err(json!({"messages": m, "return_markdown": true, "user": 5})),
             "invalid_user"
         );
+    }
+
+    #[test]
+    fn response_formats_are_checked_and_rebuilt_for_the_upstream() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        let with = |format: Value| json!({"messages": m, "return_markdown": true, "response_format": format});
+        assert!(ok(with(json!({"type": "text"})))
+            .turn
+            .response_format
+            .is_none());
+        assert!(ok(with(Value::Null)).turn.response_format.is_none());
+        let object = ok(with(json!({"type": "json_object"})))
+            .turn
+            .response_format
+            .unwrap();
+        assert_eq!(object.schema, json!({"type": "object"}));
+        assert_eq!(object.wire, json!({"type": "json_object"}));
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let named = ok(with(json!({"type": "json_schema", "json_schema": {
+            "name": "reply_v2", "schema": schema, "strict": true, "description": "d", "other": 1}})))
+        .turn
+        .response_format
+        .unwrap();
+        assert_eq!(named.schema, schema);
+        // Only the fields checked go on, as they came.
+        assert_eq!(
+            named.wire,
+            json!({"type": "json_schema", "json_schema": {"name": "reply_v2", "schema": schema, "strict": true, "description": "d"}})
+        );
+        let big = json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
+        for bad in [
+            json!("json_object"),
+            json!({"type": "yaml"}),
+            json!({}),
+            json!({"type": "json_schema"}),
+            json!({"type": "json_schema", "json_schema": {"schema": schema}}),
+            json!({"type": "json_schema", "json_schema": {"name": "has space", "schema": schema}}),
+            json!({"type": "json_schema", "json_schema": {"name": "x".repeat(65), "schema": schema}}),
+            json!({"type": "json_schema", "json_schema": {"name": "r"}}),
+            json!({"type": "json_schema", "json_schema": {"name": "r", "schema": [1]}}),
+            json!({"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": "yes"}}),
+            json!({"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "description": 3}}),
+            json!({"type": "json_schema", "json_schema": {"name": "r", "schema": big}}),
+        ] {
+            assert_eq!(err(with(bad.clone())), "invalid_response_format", "{bad}");
+        }
     }
 }

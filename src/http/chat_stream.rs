@@ -51,7 +51,8 @@ pub async fn stream(
     reservation: Reservation,
     include_usage: bool,
 ) -> Result<warp::reply::Response, ApiError> {
-    let markdown = turn.return_markdown;
+    // A structured answer streams as the model writes it (see `chat::complete`).
+    let markdown = turn.return_markdown || turn.response_format.is_some();
     let (delta_tx, mut deltas) = mpsc::channel::<String>(64);
     let (end_tx, end_rx) = oneshot::channel::<Result<ChatOutcome, ApiError>>();
     let runner = app.clone();

@@ -248,6 +248,7 @@ impl ApiError {
                 LlmError::ContextOverflow { .. } => {
                     (StatusCode::BAD_REQUEST, "context_length_exceeded")
                 }
+                LlmError::Schema(_) => (StatusCode::BAD_REQUEST, "invalid_response_format"),
                 LlmError::Upstream(_) => (StatusCode::BAD_GATEWAY, "upstream_error"),
                 LlmError::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
                 LlmError::Cancelled { .. } | LlmError::Engine(_) => {

@@ -176,6 +176,7 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
         return_markdown: fields.return_markdown,
         sampling,
         budget: None,
+        response_format: None,
     };
     match crate::http::chat::reserve_turn(app, caller, &mut turn) {
         Ok(reservation) => Next::Turn(Box::new(turn), fields.user, reservation),

@@ -13,6 +13,8 @@ use crate::store::Org;
 const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant for a contact center.";
 const PLAIN_INSTRUCTION: &str = "Answer in plain prose. Do not use Markdown: no headings, lists, bold or italic text, tables, code blocks or links.";
 const MARKDOWN_INSTRUCTION: &str = "Format the answer in Markdown where it helps readability.";
+const JSON_INSTRUCTION: &str =
+    "Answer with JSON only, following the response format the request gives: no prose around it.";
 
 /// Settings of the chat service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +42,19 @@ pub struct ChatTurn {
     /// organisation's quota is limited: what was reserved for it. Each model call's
     /// `max_tokens` is cut to fit; a tool loop that would need more stops as at its cap.
     pub budget: Option<u64>,
+    /// A structured answer (`response_format`): JSON valid against a schema. Such a turn is
+    /// answered without the organisation's MCP tools, and its text is left as written.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// The structured answer a turn asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseFormat {
+    /// What the answer must be valid against: the client's schema, or `{"type": "object"}`
+    /// for any JSON object.
+    pub schema: serde_json::Value,
+    /// The client's `response_format`, as an upstream server is sent it.
+    pub wire: serde_json::Value,
 }
 
 /// The answer of a turn.
@@ -74,8 +89,20 @@ impl std::fmt::Debug for ChatService {
     }
 }
 
-/// The system message of a turn: organisation prompt, then the turn's, then the format rule.
-pub fn system_message(org: &Org, turn_prompt: Option<&str>, return_markdown: bool) -> String {
+/// The system message of `turn`: organisation prompt, then the turn's, then the format rule
+/// (JSON for a structured answer, else Markdown or plain prose).
+fn turn_system_message(org: &Org, turn: &ChatTurn) -> String {
+    let format = if turn.response_format.is_some() {
+        JSON_INSTRUCTION
+    } else if turn.return_markdown {
+        MARKDOWN_INSTRUCTION
+    } else {
+        PLAIN_INSTRUCTION
+    };
+    compose_system(org, turn.system_prompt.as_deref(), format)
+}
+
+fn compose_system(org: &Org, turn_prompt: Option<&str>, format: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     if let Some(p) = org
         .system_prompt
@@ -91,11 +118,7 @@ pub fn system_message(org: &Org, turn_prompt: Option<&str>, return_markdown: boo
     if parts.is_empty() {
         parts.push(DEFAULT_SYSTEM_PROMPT);
     }
-    parts.push(if return_markdown {
-        MARKDOWN_INSTRUCTION
-    } else {
-        PLAIN_INSTRUCTION
-    });
+    parts.push(format);
     parts.join("\n\n")
 }
 
@@ -118,10 +141,7 @@ impl ChatService {
     /// The most tokens `turn` may cost for `org`: its first prompt at most (tools aside), plus
     /// its `max_tokens`. What a turn reserves before it runs.
     pub fn worst_case(&self, org: &Org, turn: &ChatTurn) -> (u64, u64) {
-        let system = Message::new(
-            Role::System,
-            system_message(org, turn.system_prompt.as_deref(), turn.return_markdown),
-        );
+        let system = Message::new(Role::System, turn_system_message(org, turn));
         let prompt = super::prompt_bound(std::slice::from_ref(&system), &[])
             + super::prompt_bound(&turn.messages, &[]);
         (prompt, prompt + u64::from(turn.sampling.max_tokens))
@@ -134,13 +154,16 @@ impl ChatService {
         turn: ChatTurn,
         deltas: Deltas,
     ) -> Result<ChatOutcome, LlmError> {
-        let mut messages = vec![Message::new(
-            Role::System,
-            system_message(org, turn.system_prompt.as_deref(), turn.return_markdown),
-        )];
+        let mut messages = vec![Message::new(Role::System, turn_system_message(org, &turn))];
         messages.extend(turn.messages);
+        let (json_schema, response_format) = match turn.response_format {
+            Some(f) => (Some(f.schema), Some(f.wire)),
+            None => (None, None),
+        };
 
-        let session = match &org.mcp {
+        // A structured answer is JSON from its first token: there is no room for a tool call.
+        let mcp = org.mcp.as_ref().filter(|_| json_schema.is_none());
+        let session = match mcp {
             Some(integration) => {
                 match McpSession::connect(
                     integration,
@@ -185,7 +208,8 @@ impl ChatService {
                             messages: messages.clone(),
                             tools: tools.clone(),
                             sampling,
-                            json_schema: None,
+                            json_schema: json_schema.clone(),
+                            response_format: response_format.clone(),
                             odds: None,
                         },
                         deltas.clone(),
@@ -260,6 +284,20 @@ mod tests {
             deleted: false,
             created_at_ms: 0,
         }
+    }
+
+    fn system_message(org: &Org, turn_prompt: Option<&str>, return_markdown: bool) -> String {
+        turn_system_message(
+            org,
+            &ChatTurn {
+                messages: Vec::new(),
+                system_prompt: turn_prompt.map(str::to_owned),
+                return_markdown,
+                sampling: Sampling::default(),
+                budget: None,
+                response_format: None,
+            },
+        )
     }
 
     #[test]

@@ -208,6 +208,7 @@ impl EmbeddedLlm {
                 ..super::Sampling::default()
             },
             json_schema: None,
+            response_format: None,
             odds: None,
         });
     }
@@ -680,6 +681,8 @@ fn generate(
         });
     }
     let max_new = (generation.sampling.max_tokens as usize).min(limit - tokens.len() - 1);
+    // Before the prompt: a schema the grammar cannot hold costs the model nothing.
+    let mut picker = Picker::new(model, &generation)?;
 
     let started = std::time::Instant::now();
     let reused = cache.prepare(ctx, &tokens);
@@ -723,7 +726,6 @@ fn generate(
         "prompt evaluated"
     );
 
-    let mut picker = Picker::new(model, &generation)?;
     let s = &generation.sampling;
 
     let markers: &[&str] = if generation.tools.is_empty() {
@@ -916,9 +918,16 @@ impl Picker {
         let s = &generation.sampling;
         let grammar = match &generation.json_schema {
             Some(schema) => {
-                let grammar =
-                    llama_cpp_2::json_schema_to_grammar(&schema.to_string()).map_err(engine)?;
-                Some(LlamaSampler::grammar(model, &grammar, "root").map_err(engine)?)
+                // The analyses' schemas always convert; a client's may use what the grammar
+                // cannot express (the converter names no reason).
+                fn unexpressed(_: impl std::fmt::Display) -> LlmError {
+                    LlmError::Schema(
+                        "the schema uses JSON Schema the model's grammar cannot express".into(),
+                    )
+                }
+                let grammar = llama_cpp_2::json_schema_to_grammar(&schema.to_string())
+                    .map_err(unexpressed)?;
+                Some(LlamaSampler::grammar(model, &grammar, "root").map_err(unexpressed)?)
             }
             None => None,
         };

@@ -7,6 +7,7 @@ pub mod embedded;
 pub mod markdown;
 pub mod mcp;
 pub mod profiles;
+pub mod schema;
 pub mod sse;
 pub mod upstream;
 
@@ -118,6 +119,10 @@ pub struct Generation {
     /// When set, the output must be JSON valid against this schema (grammar-constrained on
     /// the embedded model, `response_format` upstream).
     pub json_schema: Option<serde_json::Value>,
+    /// The `response_format` an upstream server is sent for [`Generation::json_schema`], when
+    /// a client gave its own (its name, its `strict`, or `json_object`); `None` sends the
+    /// schema as a strict `json_schema` named `result`. The embedded model ignores it.
+    pub response_format: Option<serde_json::Value>,
     /// When set, the probabilities of a few words at given points of the answer (the
     /// embedded model under a schema only; others leave [`Completion::odds`] empty).
     pub odds: Option<Odds>,
@@ -251,6 +256,9 @@ pub enum LlmError {
         /// Tokens spent before the stop.
         usage: Usage,
     },
+    /// The answer cannot be held to the schema the client gave (`response_format`).
+    #[error("response_format: {0}")]
+    Schema(String),
     /// The engine failed.
     #[error("language model failed: {0}")]
     Engine(String),
@@ -291,6 +299,7 @@ pub fn build_provider(
                 model: llm.upstream.model.clone(),
                 timeout: std::time::Duration::from_millis(llm.upstream.timeout_ms),
                 connect_timeout: std::time::Duration::from_millis(llm.upstream.connect_timeout_ms),
+                extra_body: llm.upstream.extra_body().map_err(LlmError::Engine)?,
             })?)
         }
     })

@@ -435,6 +435,7 @@ async fn generate_fitted(
                 }
                 _ => profile(kind).schema.clone(),
             }),
+            response_format: None,
             odds: Some(if kind == ProfileKind::Intent {
                 Odds {
                     after: INTENT_AT.to_owned(),

@@ -31,6 +31,9 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     /// Longest wait for the TCP/TLS connection.
     pub connect_timeout: Duration,
+    /// Fields added to every request body, replacing any of the same name: what a server
+    /// needs beyond the OpenAI fields (`top_k`, say, or this service's own `return_markdown`).
+    pub extra_body: serde_json::Map<String, Value>,
 }
 
 /// The upstream provider.
@@ -87,11 +90,16 @@ impl UpstreamLlm {
                 .collect();
             obj.insert("tools".into(), json!(tools));
         }
-        if let Some(schema) = &generation.json_schema {
+        if let Some(format) = &generation.response_format {
+            obj.insert("response_format".into(), format.clone());
+        } else if let Some(schema) = &generation.json_schema {
             obj.insert(
                 "response_format".into(),
                 json!({"type": "json_schema", "json_schema": {"name": "result", "schema": schema, "strict": true}}),
             );
+        }
+        for (key, value) in &self.config.extra_body {
+            obj.insert(key.clone(), value.clone());
         }
         body
     }
