@@ -99,10 +99,6 @@ fn turn_system_message(org: &Org, turn: &ChatTurn) -> String {
     } else {
         PLAIN_INSTRUCTION
     };
-    compose_system(org, turn.system_prompt.as_deref(), format)
-}
-
-fn compose_system(org: &Org, turn_prompt: Option<&str>, format: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     if let Some(p) = org
         .system_prompt
@@ -112,7 +108,12 @@ fn compose_system(org: &Org, turn_prompt: Option<&str>, format: &str) -> String 
     {
         parts.push(p);
     }
-    if let Some(p) = turn_prompt.map(str::trim).filter(|p| !p.is_empty()) {
+    if let Some(p) = turn
+        .system_prompt
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         parts.push(p);
     }
     if parts.is_empty() {

@@ -151,9 +151,8 @@ fn resolve<'a>(root: &'a Value, reference: &str) -> Result<&'a Value, Refused> {
 fn readings(node: &Value) -> u64 {
     match node {
         Value::Object(map) => {
-            let own = ["anyOf", "oneOf"]
+            let own = ["anyOf", "oneOf", "type"]
                 .iter()
-                .chain(["type"].iter())
                 .filter_map(|k| map.get(*k).and_then(Value::as_array))
                 .map(|a| a.len().max(1) as u64)
                 .fold(1u64, u64::saturating_mul);
