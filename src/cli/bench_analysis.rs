@@ -471,6 +471,7 @@ fn quality(
             asr_secs += started.elapsed().as_secs_f64();
             as_dialogue(config, &segments)
         };
+        tracing::debug!(call = %call.id, %transcript, "the dialogue the analyses read");
         let intent = runtime.block_on(run(
             provider,
             ProfileKind::Intent,
@@ -573,8 +574,8 @@ fn quality(
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         let c = t.checked;
         println!(
-            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}",
-            c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept
+            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}; a clause likelier on topic than its sentence {}",
+            c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {

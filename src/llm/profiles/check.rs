@@ -7,7 +7,10 @@
 //! field's quotes is about it, the model often still named the right thing in its summary
 //! and only picked the wrong sentence: the buyer's sentences that share the most words with
 //! the summary are sorted in turn, and the first on the field's topic becomes its evidence.
-//! A field left without quotes is `not_found`.
+//! A field left without quotes is `not_found`. A sentence tried in place of a weak quote is
+//! also sorted clause by clause (one sentence often says two things: who decides and how
+//! much they may spend), so that it can back either; whether a field is kept at all rests on
+//! whole sentences.
 //!
 //! The same check lets the analysis ask for more: the model may call a field `not_found` only
 //! when it is nearly sure, and a field it reported only for that reason keeps its evidence
@@ -62,6 +65,41 @@ const DOUBTED_ON_TOPIC: f32 = 0.2;
 /// [`REPAIR_TRIES`] for a field in doubt: each sort costs about as much as a short analysis
 /// step, and such fields are many on a call that is not a sale.
 const DOUBTED_REPAIR_TRIES: usize = 1;
+
+/// Fewest words each clause of a quote must have for the clauses to be sorted apart (see
+/// [`clauses`]).
+const CLAUSE_WORDS: usize = 4;
+
+/// Most clauses of one quote sorted apart.
+const MOST_CLAUSES: usize = 3;
+
+/// The clauses of `quote`, for sorting apart: its pieces between commas, semicolons and
+/// colons, when there are at least two and each has [`CLAUSE_WORDS`] words or more (at most
+/// [`MOST_CLAUSES`]); else none. A mark counts where white space follows it. One sentence
+/// often says two things ("I'm the operations director, and I sign off purchases up to
+/// 50,000 dollars myself."), and sorted whole it is given to the one its words lean to: the
+/// authority's own sentence then looks like a budget. Clauses only choose between sentences
+/// for a field that is kept anyway: sorted alone, a clause such as "but it's behind opening
+/// our fourth clinic," passes for a timing where nobody named one.
+fn clauses(quote: &str) -> Vec<&str> {
+    // Cut after a mark that white space follows ("2,000" is one number).
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (i, c) in quote.char_indices() {
+        let end = i + c.len_utf8();
+        if [',', ';', ':'].contains(&c) && quote[end..].starts_with(char::is_whitespace) {
+            pieces.push(quote[start..end].trim());
+            start = end;
+        }
+    }
+    pieces.push(quote[start..].trim());
+    pieces.retain(|p| !p.is_empty());
+    let long = |p: &&str| super::words(p).len() >= CLAUSE_WORDS;
+    if pieces.len() < 2 || !pieces.iter().all(long) {
+        return Vec::new();
+    }
+    pieces.into_iter().take(MOST_CLAUSES).collect()
+}
 
 /// Fewest words a sentence must share with a field's summary to be tried as its evidence.
 const MIN_SHARED: usize = 1;
@@ -223,6 +261,9 @@ pub struct Checked {
     pub doubted: usize,
     /// Of those, the fields whose evidence passed the check.
     pub doubted_kept: usize,
+    /// Times a clause of a quote, sorted alone, was likelier on the field's topic than the
+    /// whole quote.
+    pub by_clause: usize,
     /// Tokens the check spent (also counted in the analysis's usage).
     pub usage: Usage,
 }
@@ -236,6 +277,7 @@ impl std::ops::AddAssign for Checked {
         self.cleared += other.cleared;
         self.doubted += other.doubted;
         self.doubted_kept += other.doubted_kept;
+        self.by_clause += other.by_clause;
         self.usage += other.usage;
     }
 }
@@ -322,8 +364,11 @@ pub(super) async fn check_findings(
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
                 .take(tries);
+            // Whether the field is kept rests on whole sentences; which sentence backs a kept
+            // one may rest on a clause.
+            let by_clause = !kept.is_empty();
             for quote in tries {
-                let p = sorter.odds(quote).await?[at];
+                let p = sorter.on_topic(quote, at, by_clause).await?;
                 tracing::debug!(?kind, field = %name, %status, quote, p, in_doubt, "sentence closest to the summary sorted");
                 if p >= needed {
                     if kept.is_empty() {
@@ -368,6 +413,28 @@ impl Sorter<'_> {
             self.sorted.insert(quote.to_owned(), odds);
         }
         Ok(&self.sorted[quote])
+    }
+
+    /// How likely `quote` is to be about topic `at`: sorted whole, or, when that leaves it
+    /// below [`CLEAR_ON_TOPIC`] and `by_clause`, the best of that and of its [`clauses`], each
+    /// sorted alone until one is clearly on the topic.
+    async fn on_topic(&mut self, quote: &str, at: usize, by_clause: bool) -> Result<f32, LlmError> {
+        let mut best = self.odds(quote).await?[at];
+        if !by_clause || best >= CLEAR_ON_TOPIC {
+            return Ok(best);
+        }
+        for clause in clauses(quote) {
+            let p = self.odds(clause).await?[at];
+            tracing::debug!(quote, clause, p, "clause sorted");
+            if p > best {
+                self.checked.by_clause += 1;
+                best = p;
+            }
+            if best >= CLEAR_ON_TOPIC {
+                break;
+            }
+        }
+        Ok(best)
     }
 }
 
@@ -427,6 +494,80 @@ mod tests {
             [sentences[2].as_str(), sentences[1].as_str()]
         );
         assert!(closest("The customers would want that.", &sentences).is_empty());
+    }
+
+    #[test]
+    fn a_quote_has_clauses_only_when_each_says_something() {
+        assert_eq!(
+            clauses("Our records take ten hours a week, which costs us 2,000 dollars a month."),
+            [
+                "Our records take ten hours a week,",
+                "which costs us 2,000 dollars a month."
+            ]
+        );
+        // A short piece ("Yes,") is no clause of its own; one sentence is none either.
+        assert!(clauses("Yes, we have around eight thousand pounds for the vans.").is_empty());
+        assert!(clauses("We need it before June.").is_empty());
+        assert_eq!(
+            clauses("One two three four, five six seven eight; nine ten eleven twelve: a b c d, e f g h").len(),
+            MOST_CLAUSES
+        );
+    }
+
+    /// A sentence that states a problem and its cost is sorted as a cost. In place of a weak
+    /// quote, its first clause, sorted alone, is the problem, and the need takes the sentence;
+    /// as the model's own quote it is dropped all the same, clauses never keeping a field.
+    #[tokio::test]
+    async fn a_sentence_that_says_two_things_can_back_either_in_place_of_a_weak_quote() {
+        const BOTH: &str =
+            "Our records take ten hours a week, which costs us 2,000 dollars a month.";
+        const WEAK: &str = "We need something better.";
+        let call = format!("Agent: Tell me more.\nCustomer: {WEAK}\nCustomer: {BOTH}");
+        for own in [WEAK, BOTH] {
+            let model = Table {
+                topics: vec![
+                    (WEAK, "problem", 0.15),
+                    (BOTH, "cost", 0.9),
+                    ("Our records take ten hours a week,", "problem", 0.85),
+                    ("which costs us 2,000 dollars a month.", "cost", 0.95),
+                ],
+                odds: true,
+                asked: Mutex::new(Vec::new()),
+            };
+            let mut record = serde_json::json!({
+                "need": field("identified", "Records take hours.", &[own]),
+                "economic_impact": field("not_found", "", &[]),
+                "access_to_authority": field("not_found", "", &[]),
+                "timeline": field("not_found", "", &[]),
+                "priority": field("not_found", "", &[]),
+            });
+            let checked = check_findings(
+                &model,
+                ProfileKind::NeatP,
+                &mut record,
+                &call,
+                Some("Agent"),
+                &[],
+            )
+            .await
+            .unwrap();
+            let asked = model.asked.into_inner().unwrap();
+            if own == WEAK {
+                assert_eq!(
+                    record["need"],
+                    field("identified", "Records take hours.", &[BOTH])
+                );
+                // The weak quote, the sentence closest to the summary, then its first clause,
+                // which is clearly a problem.
+                assert_eq!(asked, [WEAK, BOTH, "Our records take ten hours a week,"]);
+                assert_eq!((checked.replaced, checked.by_clause), (1, 1));
+            } else {
+                // Dropped; the one other sentence shares no word with the summary.
+                assert_eq!(record["need"], field("not_found", "", &[]));
+                assert_eq!(asked, [BOTH]);
+                assert_eq!((checked.dropped, checked.by_clause), (1, 0));
+            }
+        }
     }
 
     /// A model that sorts each quote by a fixed table (the quote, its topic and that topic's
@@ -560,6 +701,7 @@ mod tests {
                     cleared: 2,
                     doubted: 0,
                     doubted_kept: 0,
+                    by_clause: 0,
                     usage: Usage {
                         prompt_tokens: 4 * 20,
                         completion_tokens: 4 * 5,
@@ -666,6 +808,7 @@ mod tests {
                     cleared: 1,
                     doubted: 2,
                     doubted_kept: 1,
+                    by_clause: 0,
                     usage: Usage {
                         prompt_tokens: 3 * 20,
                         completion_tokens: 3 * 5,
