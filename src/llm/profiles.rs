@@ -521,16 +521,22 @@ fn said_by(line: &str, seller: Option<&str>) -> bool {
 /// The sentences of `text`: each ends after a mark of [`SENTENCE_ENDS`] (with the
 /// [`CLOSERS`] after it) that white space follows, trimmed.
 fn sentences(text: &str) -> Vec<&str> {
+    cut_after(text, &SENTENCE_ENDS)
+}
+
+/// `text` cut after each run of `marks` (with the [`CLOSERS`] after it) that white space
+/// follows, in trimmed pieces ("2,000" is not cut at its comma).
+fn cut_after<'a>(text: &'a str, marks: &[char]) -> Vec<&'a str> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut chars = text.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
-        if !SENTENCE_ENDS.contains(&c) {
+        if !marks.contains(&c) {
             continue;
         }
         let mut end = i + c.len_utf8();
         while let Some(&(j, next)) = chars.peek() {
-            if SENTENCE_ENDS.contains(&next) || CLOSERS.contains(&next) {
+            if marks.contains(&next) || CLOSERS.contains(&next) {
                 end = j + next.len_utf8();
                 chars.next();
             } else {

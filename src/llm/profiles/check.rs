@@ -82,18 +82,7 @@ const MOST_CLAUSES: usize = 3;
 /// for a field that is kept anyway: sorted alone, a clause such as "but it's behind opening
 /// our fourth clinic," passes for a timing where nobody named one.
 fn clauses(quote: &str) -> Vec<&str> {
-    // Cut after a mark that white space follows ("2,000" is one number).
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for (i, c) in quote.char_indices() {
-        let end = i + c.len_utf8();
-        if [',', ';', ':'].contains(&c) && quote[end..].starts_with(char::is_whitespace) {
-            pieces.push(quote[start..end].trim());
-            start = end;
-        }
-    }
-    pieces.push(quote[start..].trim());
-    pieces.retain(|p| !p.is_empty());
+    let pieces = super::cut_after(quote, &[',', ';', ':']);
     let long = |p: &&str| super::words(p).len() >= CLAUSE_WORDS;
     if pieces.len() < 2 || !pieces.iter().all(long) {
         return Vec::new();
@@ -364,11 +353,14 @@ pub(super) async fn check_findings(
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
                 .take(tries);
-            // Whether the field is kept rests on whole sentences; which sentence backs a kept
-            // one may rest on a clause.
-            let by_clause = !kept.is_empty();
             for quote in tries {
-                let p = sorter.on_topic(quote, at, by_clause).await?;
+                // Whether the field is kept rests on whole sentences; which sentence backs a
+                // kept one may rest on a clause.
+                let p = if kept.is_empty() {
+                    sorter.odds(quote).await?[at]
+                } else {
+                    sorter.on_topic(quote, at).await?
+                };
                 tracing::debug!(?kind, field = %name, %status, quote, p, in_doubt, "sentence closest to the summary sorted");
                 if p >= needed {
                     if kept.is_empty() {
@@ -416,11 +408,11 @@ impl Sorter<'_> {
     }
 
     /// How likely `quote` is to be about topic `at`: sorted whole, or, when that leaves it
-    /// below [`CLEAR_ON_TOPIC`] and `by_clause`, the best of that and of its [`clauses`], each
-    /// sorted alone until one is clearly on the topic.
-    async fn on_topic(&mut self, quote: &str, at: usize, by_clause: bool) -> Result<f32, LlmError> {
+    /// below [`CLEAR_ON_TOPIC`], the best of that and of its [`clauses`], each sorted alone
+    /// until one is clearly on the topic.
+    async fn on_topic(&mut self, quote: &str, at: usize) -> Result<f32, LlmError> {
         let mut best = self.odds(quote).await?[at];
-        if !by_clause || best >= CLEAR_ON_TOPIC {
+        if best >= CLEAR_ON_TOPIC {
             return Ok(best);
         }
         for clause in clauses(quote) {
