@@ -108,6 +108,11 @@ pub enum BenchCommand {
         /// Analyse the written dialogues instead of transcribing the recordings.
         #[arg(long)]
         text: bool,
+        /// Keep each recording's transcript in this directory (`<call id>.txt`), and read it
+        /// from there instead of transcribing the recording again when it is there: two runs
+        /// then analyse the same words (the speech engine's output varies from run to run).
+        #[arg(long, conflicts_with = "text")]
+        transcripts: Option<PathBuf>,
         /// Only the first N calls of the set.
         #[arg(long)]
         limit: Option<usize>,
@@ -158,6 +163,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Analysis {
             set,
             text,
+            transcripts,
             limit,
             calls,
             intent_only,
@@ -172,6 +178,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             &super::bench_analysis::Options {
                 set,
                 text,
+                transcripts,
                 limit,
                 calls,
                 intent_only,

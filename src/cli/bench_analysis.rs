@@ -32,6 +32,8 @@ pub struct Options {
     pub set: PathBuf,
     /// Use the written dialogues instead of transcribing the recordings.
     pub text: bool,
+    /// Where the recordings' transcripts are kept between runs, if anywhere.
+    pub transcripts: Option<PathBuf>,
     /// Run only the first N calls.
     pub limit: Option<usize>,
     /// Only the calls whose id starts with one of these (all when empty).
@@ -459,17 +461,39 @@ fn quality(
     let (mut bant, mut neat_p) = (Tally::default(), Tally::default());
     let mut times: Vec<(ProfileKind, f64)> = Vec::new();
     let mut asr_secs = 0.0;
+    let (mut transcribed, mut transcripts_read) = (0, 0);
+    if let Some(dir) = &options.transcripts {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     for (n, call) in &calls {
         let transcript = if options.text {
             dialogue(call.turns.iter().map(|(customer, said)| {
                 (if *customer { "Customer" } else { "Agent" }, said.as_str())
             }))
         } else {
-            let audio = options.set.join(format!("call-{:02}.flac", n + 1));
-            let started = Instant::now();
-            let segments = transcribe(config, pool, &load_audio(&audio, 1)?)?;
-            asr_secs += started.elapsed().as_secs_f64();
-            as_dialogue(config, &segments)
+            let kept = match &options.transcripts {
+                Some(dir) => Some(kept_transcript(dir, &call.id)?),
+                None => None,
+            };
+            match kept.as_ref().and_then(|(_, text)| text.clone()) {
+                Some(text) => {
+                    transcripts_read += 1;
+                    text
+                }
+                None => {
+                    let audio = options.set.join(format!("call-{:02}.flac", n + 1));
+                    let started = Instant::now();
+                    let segments = transcribe(config, pool, &load_audio(&audio, 1)?)?;
+                    asr_secs += started.elapsed().as_secs_f64();
+                    transcribed += 1;
+                    let text = as_dialogue(config, &segments);
+                    if let Some((path, _)) = &kept {
+                        std::fs::write(path, &text)
+                            .with_context(|| format!("keeping {}", path.display()))?;
+                    }
+                    text
+                }
+            }
         };
         tracing::debug!(call = %call.id, %transcript, "the dialogue the analyses read");
         let intent = runtime.block_on(run(
@@ -598,9 +622,33 @@ fn quality(
         mean(ProfileKind::Intent),
         mean(ProfileKind::Bant),
         mean(ProfileKind::NeatP),
-        asr_secs / calls.len().max(1) as f64
+        asr_secs / transcribed.max(1) as f64
     );
+    if let Some(dir) = &options.transcripts {
+        println!(
+            "transcripts           {transcripts_read} read from {dir}, {transcribed} transcribed and kept there",
+            dir = dir.display()
+        );
+    }
     Ok(())
+}
+
+/// Where call `id`'s transcript is kept in `dir`, and the transcript, if it is there.
+fn kept_transcript(dir: &Path, id: &str) -> anyhow::Result<(PathBuf, Option<String>)> {
+    anyhow::ensure!(
+        !id.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && !id.starts_with('.'),
+        "call id {id:?} cannot name a file"
+    );
+    let path = dir.join(format!("{id}.txt"));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((path, Some(text))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((path, None)),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+    }
 }
 
 fn speed(
@@ -785,6 +833,20 @@ mod tests {
         assert!(!dir
             .join(format!("call-{:02}.flac", calls.len() + 1))
             .exists());
+    }
+
+    #[test]
+    fn a_kept_transcript_is_read_back_and_an_id_must_name_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, text) = kept_transcript(dir.path(), "sales-1").unwrap();
+        assert_eq!(path, dir.path().join("sales-1.txt"));
+        assert_eq!(text, None);
+        std::fs::write(&path, "Customer: Hello.\n").unwrap();
+        let (_, text) = kept_transcript(dir.path(), "sales-1").unwrap();
+        assert_eq!(text.as_deref(), Some("Customer: Hello.\n"));
+        for id in ["", "../x", "a/b", ".hidden", "a b"] {
+            assert!(kept_transcript(dir.path(), id).is_err(), "{id:?}");
+        }
     }
 
     #[test]

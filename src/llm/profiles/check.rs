@@ -6,7 +6,8 @@
 //! each topic is. A quote unlikely to be about its field's topic is dropped. When none of a
 //! field's quotes is about it, the model often still named the right thing in its summary
 //! and only picked the wrong sentence: the buyer's sentences that share the most words with
-//! the summary are sorted in turn, and the first on the field's topic becomes its evidence.
+//! the summary (then with the topic's definition) are sorted in turn, and the first on the
+//! field's topic becomes its evidence.
 //! A field left without quotes is `not_found`. A sentence tried in place of a weak quote is
 //! also sorted clause by clause (one sentence often says two things: who decides and how
 //! much they may spend), so that it can back either; whether a field is kept at all rests on
@@ -116,24 +117,40 @@ fn content_words(s: &str) -> HashSet<String> {
         .collect()
 }
 
-/// Of `sentences`, those sharing at least [`MIN_SHARED`] words with `summary`, the most
-/// first (the earlier of equals first).
-fn closest<'a>(summary: &str, sentences: &'a [String]) -> Vec<&'a str> {
+/// The definition of `topic` in the check's instructions (the words after `- topic: `).
+fn definition(topic: &str) -> &'static str {
+    let line = format!("- {topic}: ");
+    include_str!("check.md")
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .unwrap_or_default()
+}
+
+/// Of `sentences`, those sharing at least [`MIN_SHARED`] words with `summary` or with the
+/// definition of the field's `topic`, ranked by the words shared with the summary, then with
+/// the definition (the earlier of equals first). The summary tells which thing the model
+/// meant; when it says nothing of its own ("The customer is the economic buyer."), the
+/// topic's words still find the sentence that speaks of it ("I make all the purchasing
+/// decisions myself.").
+fn closest<'a>(summary: &str, topic: &str, sentences: &'a [String]) -> Vec<&'a str> {
     let wanted = content_words(summary);
-    let mut scored: Vec<(usize, usize, &str)> = sentences
+    let defined = content_words(definition(topic));
+    let mut scored: Vec<(usize, usize, usize, &str)> = sentences
         .iter()
         .enumerate()
         .map(|(i, s)| {
+            let own = content_words(s);
             (
-                content_words(s).intersection(&wanted).count(),
+                own.intersection(&wanted).count(),
+                own.intersection(&defined).count(),
                 i,
                 s.as_str(),
             )
         })
-        .filter(|&(shared, _, _)| shared >= MIN_SHARED)
+        .filter(|&(by_summary, by_topic, _, _)| by_summary.max(by_topic) >= MIN_SHARED)
         .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    scored.into_iter().map(|(_, _, s)| s).collect()
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    scored.into_iter().map(|(.., s)| s).collect()
 }
 
 /// The topic of `field` of a `kind` record.
@@ -274,7 +291,8 @@ impl std::ops::AddAssign for Checked {
 /// Checks the evidence of every field of `record` (a BANT or NEAT-P record of `transcript`
 /// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
 /// field's topic is dropped; a field left without one gets the first of the buyer's sentences
-/// (anyone's but the `seller`'s) closest to its summary that is on its topic, or becomes
+/// (anyone's but the `seller`'s) closest to its summary (see [`closest`]) that is on its
+/// topic, or becomes
 /// `not_found`. A field `doubted` (by position in the record) is in doubt: the model reported
 /// it only because it was held back from calling it `not_found`, or summarised it in the words
 /// of a worked example's summary. It is held to [`DOUBTED_ON_TOPIC`] and tries
@@ -349,7 +367,7 @@ pub(super) async fn check_findings(
             };
             let summary = field["summary"].as_str().unwrap_or_default();
             let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
-            let tries = closest(summary, buyer)
+            let tries = closest(summary, wanted, buyer)
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
                 .take(tries);
@@ -400,6 +418,7 @@ impl Sorter<'_> {
     async fn odds(&mut self, quote: &str) -> Result<&[f32], LlmError> {
         if !self.sorted.contains_key(quote) {
             let (odds, spent) = sort(self.provider, quote).await?;
+            tracing::trace!(quote, odds = ?TOPICS.iter().zip(&odds).collect::<Vec<_>>(), "quote sorted");
             self.checked.usage += spent;
             self.checked.sorted += 1;
             self.sorted.insert(quote.to_owned(), odds);
@@ -464,10 +483,7 @@ mod tests {
             );
         }
         for t in TOPICS {
-            assert!(
-                include_str!("check.md").contains(&format!("- {t}: ")),
-                "{t}"
-            );
+            assert!(!definition(t).is_empty(), "{t}");
         }
     }
 
@@ -482,10 +498,43 @@ mod tests {
         .to_vec();
         // "van", "lost" and "driver" are shared; "the", "would", "customers" say nothing.
         assert_eq!(
-            closest("The drivers and their van get lost.", &sentences),
+            closest("The drivers and their van get lost.", "timing", &sentences),
             [sentences[2].as_str(), sentences[1].as_str()]
         );
-        assert!(closest("The customers would want that.", &sentences).is_empty());
+        assert!(closest("The customers would want that.", "timing", &sentences).is_empty());
+    }
+
+    #[test]
+    fn a_summary_that_says_nothing_of_its_own_leaves_the_topic_to_find_the_sentence() {
+        let sentences: Vec<String> = [
+            "Hi Dana, thanks for calling back.",
+            "Our paper records cost us two thousand dollars a month.",
+            "I own the clinic and I make all the purchasing decisions myself.",
+            "My partner signs off on the paper records.",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert!(definition("decision").starts_with("who makes or signs off"));
+        // Nothing but "economic" is the summary's own, and no sentence says it: the words of
+        // the definition of "decision" ("makes", "decision"; "signs", "off") find the two that
+        // speak of one.
+        assert_eq!(
+            closest(
+                "The customer is the economic buyer.",
+                "decision",
+                &sentences
+            ),
+            [sentences[2].as_str(), sentences[3].as_str()]
+        );
+        // The summary's words come first ("paper", "records"), then the topic's.
+        assert_eq!(
+            closest("Paper records decide it.", "decision", &sentences),
+            [
+                sentences[3].as_str(),
+                sentences[1].as_str(),
+                sentences[2].as_str()
+            ]
+        );
     }
 
     #[test]
@@ -513,7 +562,7 @@ mod tests {
     async fn a_sentence_that_says_two_things_can_back_either_in_place_of_a_weak_quote() {
         const BOTH: &str =
             "Our records take ten hours a week, which costs us 2,000 dollars a month.";
-        const WEAK: &str = "We need something better.";
+        const WEAK: &str = "It could be better.";
         let call = format!("Agent: Tell me more.\nCustomer: {WEAK}\nCustomer: {BOTH}");
         for own in [WEAK, BOTH] {
             let model = Table {
@@ -523,6 +572,7 @@ mod tests {
                     ("Our records take ten hours a week,", "problem", 0.85),
                     ("which costs us 2,000 dollars a month.", "cost", 0.95),
                 ],
+                also: Vec::new(),
                 odds: true,
                 asked: Mutex::new(Vec::new()),
             };
@@ -554,7 +604,8 @@ mod tests {
                 assert_eq!(asked, [WEAK, BOTH, "Our records take ten hours a week,"]);
                 assert_eq!((checked.replaced, checked.by_clause), (1, 1));
             } else {
-                // Dropped; the one other sentence shares no word with the summary.
+                // Dropped; the one other sentence shares no word with the summary or with the
+                // definition of a problem.
                 assert_eq!(record["need"], field("not_found", "", &[]));
                 assert_eq!(asked, [BOTH]);
                 assert_eq!((checked.dropped, checked.by_clause), (1, 0));
@@ -567,6 +618,8 @@ mod tests {
     /// quotes it was asked about.
     struct Table {
         topics: Vec<(&'static str, &'static str, f32)>,
+        /// Another topic's probability for a quote of `topics`, in place of 0.02.
+        also: Vec<(&'static str, &'static str, f32)>,
         odds: bool,
         asked: Mutex<Vec<String>>,
     }
@@ -581,11 +634,16 @@ mod tests {
                 .iter()
                 .find(|(q, _, _)| *q == quote)
                 .map_or(("other", 0.88), |(_, t, p)| (*t, *p));
-            self.asked.lock().unwrap().push(quote);
             let at = TOPICS.iter().position(|t| *t == topic).unwrap();
-            let odds: Vec<f32> = (0..TOPICS.len())
+            let mut odds: Vec<f32> = (0..TOPICS.len())
                 .map(|i| if i == at { p } else { 0.02 })
                 .collect();
+            for (q, t, p) in &self.also {
+                if *q == quote {
+                    odds[TOPICS.iter().position(|topic| topic == t).unwrap()] = *p;
+                }
+            }
+            self.asked.lock().unwrap().push(quote);
             Ok(Completion {
                 text: answer(topic),
                 tool_calls: Vec::new(),
@@ -623,6 +681,7 @@ mod tests {
                 ("We need it before June.", "timing", 0.88),
                 ("This is our top priority this year.", "ranking", 0.88),
             ],
+            also: Vec::new(),
             odds,
             asked: Mutex::new(Vec::new()),
         };
@@ -712,7 +771,7 @@ mod tests {
                             Customer: I decide.\n\
                             Customer: Lost parcels cost us a little.\n\
                             Customer: Lost parcels annoy our drivers.\n\
-                            Customer: Parcels cost us ten thousand.";
+                            Customer: Those parcels come to ten thousand a year.";
         let answer = || {
             serde_json::json!({
                 "need": field("not_found", "", &[]),
@@ -729,8 +788,9 @@ mod tests {
                     ("I decide.", "decision", 0.88),
                     ("Lost parcels cost us a little.", "cost", 0.15),
                     ("Lost parcels annoy our drivers.", "problem", 0.88),
-                    ("Parcels cost us ten thousand.", "cost", 0.88),
+                    ("Those parcels come to ten thousand a year.", "cost", 0.88),
                 ],
+                also: Vec::new(),
                 odds: true,
                 asked: Mutex::new(Vec::new()),
             };
@@ -753,14 +813,14 @@ mod tests {
             );
             if !pushed {
                 // 0.15 for cost is enough for a field the model reported of its own accord,
-                // but weak: of the sentences as close to its summary, the first is a problem,
+                // but weak: of the sentences closest to its summary, the first is a problem,
                 // the second clearly a cost, and that one takes the quote's place.
                 assert_eq!(
                     record["economic_impact"],
                     field(
                         "identified",
                         "Lost parcels cost us.",
-                        &["Parcels cost us ten thousand."]
+                        &["Those parcels come to ten thousand a year."]
                     )
                 );
                 assert_eq!(
@@ -768,7 +828,7 @@ mod tests {
                     [
                         "Lost parcels cost us a little.",
                         "Lost parcels annoy our drivers.",
-                        "Parcels cost us ten thousand.",
+                        "Those parcels come to ten thousand a year.",
                         "I decide."
                     ]
                 );
@@ -779,8 +839,8 @@ mod tests {
                 assert_eq!((checked.doubted, checked.doubted_kept), (0, 0));
                 continue;
             }
-            // Not for a pushed one; and of the two sentences as close to its summary, only
-            // the first (about a problem) is tried.
+            // Not for a pushed one; and of the two sentences closest to its summary, only the
+            // first (about a problem) is tried.
             assert_eq!(record["economic_impact"], field("not_found", "", &[]));
             assert_eq!(
                 asked,
