@@ -471,11 +471,14 @@ fn quality(
                 (if *customer { "Customer" } else { "Agent" }, said.as_str())
             }))
         } else {
-            let kept = match &options.transcripts {
-                Some(dir) => Some(kept_transcript(dir, &call.id)?),
-                None => None,
+            let (keep_at, kept) = match &options.transcripts {
+                Some(dir) => {
+                    let (path, text) = kept_transcript(dir, &call.id)?;
+                    (Some(path), text)
+                }
+                None => (None, None),
             };
-            match kept.as_ref().and_then(|(_, text)| text.clone()) {
+            match kept {
                 Some(text) => {
                     transcripts_read += 1;
                     text
@@ -487,7 +490,7 @@ fn quality(
                     asr_secs += started.elapsed().as_secs_f64();
                     transcribed += 1;
                     let text = as_dialogue(config, &segments);
-                    if let Some((path, _)) = &kept {
+                    if let Some(path) = &keep_at {
                         std::fs::write(path, &text)
                             .with_context(|| format!("keeping {}", path.display()))?;
                     }

@@ -292,8 +292,7 @@ impl std::ops::AddAssign for Checked {
 /// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
 /// field's topic is dropped; a field left without one gets the first of the buyer's sentences
 /// (anyone's but the `seller`'s) closest to its summary (see [`closest`]) that is on its
-/// topic, or becomes
-/// `not_found`. A field `doubted` (by position in the record) is in doubt: the model reported
+/// topic, or becomes `not_found`. A field `doubted` (by position in the record) is in doubt: the model reported
 /// it only because it was held back from calling it `not_found`, or summarised it in the words
 /// of a worked example's summary. It is held to [`DOUBTED_ON_TOPIC`] and tries
 /// [`DOUBTED_REPAIR_TRIES`] sentences. A field whose quotes are all weak (below
@@ -572,7 +571,6 @@ mod tests {
                     ("Our records take ten hours a week,", "problem", 0.85),
                     ("which costs us 2,000 dollars a month.", "cost", 0.95),
                 ],
-                also: Vec::new(),
                 odds: true,
                 asked: Mutex::new(Vec::new()),
             };
@@ -618,8 +616,6 @@ mod tests {
     /// quotes it was asked about.
     struct Table {
         topics: Vec<(&'static str, &'static str, f32)>,
-        /// Another topic's probability for a quote of `topics`, in place of 0.02.
-        also: Vec<(&'static str, &'static str, f32)>,
         odds: bool,
         asked: Mutex<Vec<String>>,
     }
@@ -635,14 +631,9 @@ mod tests {
                 .find(|(q, _, _)| *q == quote)
                 .map_or(("other", 0.88), |(_, t, p)| (*t, *p));
             let at = TOPICS.iter().position(|t| *t == topic).unwrap();
-            let mut odds: Vec<f32> = (0..TOPICS.len())
+            let odds: Vec<f32> = (0..TOPICS.len())
                 .map(|i| if i == at { p } else { 0.02 })
                 .collect();
-            for (q, t, p) in &self.also {
-                if *q == quote {
-                    odds[TOPICS.iter().position(|topic| topic == t).unwrap()] = *p;
-                }
-            }
             self.asked.lock().unwrap().push(quote);
             Ok(Completion {
                 text: answer(topic),
@@ -681,7 +672,6 @@ mod tests {
                 ("We need it before June.", "timing", 0.88),
                 ("This is our top priority this year.", "ranking", 0.88),
             ],
-            also: Vec::new(),
             odds,
             asked: Mutex::new(Vec::new()),
         };
@@ -790,7 +780,6 @@ mod tests {
                     ("Lost parcels annoy our drivers.", "problem", 0.88),
                     ("Those parcels come to ten thousand a year.", "cost", 0.88),
                 ],
-                also: Vec::new(),
                 odds: true,
                 asked: Mutex::new(Vec::new()),
             };
