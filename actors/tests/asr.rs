@@ -335,3 +335,78 @@ fn tiny_en_still_works_on_its_30_s_window() {
     let count = wer(reference, &t.text);
     assert!(count.rate() <= 0.3, "{:?} against {reference:?}", t.text);
 }
+
+/// The recordings at `paths` joined with 0.3 s of silence between them.
+fn joined(paths: &[&Path]) -> Vec<f32> {
+    let mut audio: Vec<f32> = Vec::new();
+    for path in paths {
+        if !audio.is_empty() {
+            audio.extend(std::iter::repeat_n(0.0, OUTPUT_RATE * 3 / 10));
+        }
+        audio.extend(load(path, OUTPUT_RATE));
+    }
+    audio
+}
+
+#[test]
+fn an_utterance_is_read_the_same_whatever_it_is_batched_with() {
+    let settings = WhisperSettings::default();
+    let mut engine = WhisperEngine::load(&model_dir(), settings).unwrap();
+    let secs = |s: f64| (s * OUTPUT_RATE as f64) as usize;
+    // The shortest window up to 10 s, then steps of 5 s, at most 30 s.
+    assert_eq!(engine.window(secs(2.0)), 1000);
+    assert_eq!(engine.window(secs(10.0)), 1000);
+    assert_eq!(engine.window(secs(10.5)), 1500);
+    assert_eq!(engine.window(secs(15.0)), 1500);
+    assert_eq!(engine.window(secs(24.0)), 2500);
+    assert_eq!(engine.window(secs(29.9)), 3000);
+    assert_eq!(engine.window(secs(45.0)), 3000);
+
+    let set = telephone_set();
+    let paths: Vec<&Path> = set.iter().map(|(p, _)| p.as_path()).collect();
+    // Two packed windows of one step (10-15 s) and one short utterance.
+    let mut long = Vec::new();
+    let mut at = 0;
+    while long.len() < 2 {
+        let audio = joined(&paths[at..at + 3]);
+        if engine.window(audio.len()) == 1500 {
+            long.push(audio);
+        }
+        at += 3;
+    }
+    let short = load(paths[30], OUTPUT_RATE);
+    assert_eq!(engine.window(short.len()), 1000);
+
+    let alone: Vec<Transcript> = [&long[0], &long[1], &short]
+        .iter()
+        .map(|a| engine.transcribe(&[a.as_slice()], "en").unwrap().remove(0))
+        .collect();
+    assert!(alone.iter().all(|t| !t.text.is_empty()), "{alone:?}");
+    // Batched with an utterance of its window, in either order, each is read as it was alone.
+    let together = engine.transcribe(&[&long[0], &long[1]], "en").unwrap();
+    assert_eq!(together, alone[..2]);
+    let swapped = engine.transcribe(&[&long[1], &long[0]], "en").unwrap();
+    assert_eq!(swapped, [alone[1].clone(), alone[0].clone()]);
+
+    // Through the pool, with the short utterance queued between the long ones: the same.
+    let pool = pool(1, 4);
+    let (tx, rx) = mpsc::channel();
+    for (i, audio) in [&long[0], &short, &long[1]].into_iter().enumerate() {
+        let tx = tx.clone();
+        pool.submit_file(Job {
+            audio: audio.clone(),
+            language: "en".into(),
+            reply: Box::new(move |r| tx.send((i, r)).unwrap()),
+            cancel: None,
+        })
+        .unwrap();
+    }
+    drop(tx);
+    let mut pooled: Vec<(usize, Transcript)> = rx.iter().map(|(i, r)| (i, r.unwrap())).collect();
+    pooled.sort_by_key(|(i, _)| *i);
+    let pooled: Vec<Transcript> = pooled.into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        pooled,
+        [alone[0].clone(), alone[2].clone(), alone[1].clone()]
+    );
+}

@@ -1,5 +1,5 @@
 //! The ASR worker pool's rules, on the scripted engine: live work before file work, file work
-//! batched by language, a full live queue refusing at once and handing the job back, load
+//! batched by language and window, a full live queue refusing at once and handing the job back, load
 //! errors reported. A closed gate holds the worker in a decode, so what is queued meanwhile is
 //! known exactly; nothing here depends on timing.
 
@@ -48,9 +48,13 @@ impl Order {
     }
 
     fn job(&self, name: &'static str, language: &str) -> Job {
+        self.job_of(name, language, 1.0)
+    }
+
+    fn job_of(&self, name: &'static str, language: &str, secs: f64) -> Job {
         let this = self.clone();
         Job {
-            audio: vec![0.1; 16_000],
+            audio: vec![0.1; (16_000.0 * secs) as usize],
             language: language.to_owned(),
             reply: Box::new(move |r| {
                 r.unwrap();
@@ -112,6 +116,42 @@ fn file_work_of_another_language_is_decoded_on_its_own() {
         ["en-0", "en-1", "de-0", "en-2"]
     );
     assert_eq!(pool.snapshot().batches, 4);
+}
+
+#[test]
+fn only_file_work_of_one_window_shares_a_decode() {
+    // An engine that reads utterances in 2 s windows (as Whisper pads them): batched with a
+    // longer one, an utterance would be read in the longer window, so it never is.
+    let gate = Gate::closed();
+    let engine = ScriptedEngine::default()
+        .with_gate(gate.clone())
+        .with_windows(32_000);
+    let made = engine.clone();
+    let pool = AsrPool::start(one_worker(4), move |_| Ok(made.boxed())).unwrap();
+    let (order, rx) = Order::new();
+    pool.submit_file(order.job_of("short-0", "en", 1.0))
+        .unwrap();
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    for (name, secs) in [
+        ("short-1", 1.5),
+        ("short-2", 2.0),
+        ("long-0", 3.0),
+        ("long-1", 4.0),
+        ("short-3", 0.5),
+    ] {
+        pool.submit_file(order.job_of(name, "en", secs)).unwrap();
+    }
+    gate.open();
+    // A refused batch would fail its jobs (the replies unwrap) and leave this waiting.
+    wait(&rx, 6);
+    assert_eq!(
+        *order.done.lock().unwrap(),
+        ["short-0", "short-1", "short-2", "long-0", "long-1", "short-3"]
+    );
+    // The job that did not fit started the next batch: [short-0], [short-1, short-2],
+    // [long-0, long-1], [short-3].
+    assert_eq!(pool.snapshot().batches, 4);
+    assert_eq!(engine.decoded(), 6);
 }
 
 #[test]

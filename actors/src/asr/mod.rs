@@ -83,4 +83,14 @@ pub trait AsrEngine: Send {
 
     /// Languages the loaded model accepts.
     fn languages(&self) -> &[Language];
+
+    /// The window an utterance of `samples` samples is decoded in, for engines whose reading
+    /// of an utterance depends on the window it is padded to. The pool batches only
+    /// utterances with the same window (and language), so what an utterance is read as never
+    /// depends on what it happened to be queued with: the same file gives the same transcript
+    /// every time. Engines that read each utterance on its own return 0 (the default).
+    fn window(&self, samples: usize) -> usize {
+        let _ = samples;
+        0
+    }
 }

@@ -3,7 +3,10 @@
 //!
 //! - Priority: a worker always takes live-call work before file work.
 //! - Batching: a worker that picks up file work also takes whatever other file work is already
-//!   queued for the same language, up to `max_batch`, and decodes it in one engine call. On
+//!   queued for the same language and the same window ([`AsrEngine::window`]), up to
+//!   `max_batch`, and decodes it in one engine call; the first job that does not fit starts the
+//!   worker's next batch. Since batch mates never change a job's window, a file is transcribed
+//!   the same way however its utterances were queued. On
 //!   the telephone set that gained 4-6% throughput (`callstream bench asr`); since every
 //!   utterance of a batch finishes when the whole batch does, live work is decoded one
 //!   utterance at a time to keep end-of-speech latency low.
@@ -290,29 +293,48 @@ fn work(
     max_batch: usize,
     stats: &PoolStats,
 ) {
-    while let Some((first, is_live)) = next_job(live, file) {
+    // A file job taken while filling a batch that it cannot join: it starts the next one.
+    let mut carried: Option<Job> = None;
+    loop {
+        let (first, is_live) = match carried.take() {
+            // Live work still goes first.
+            Some(job) => match live.try_recv() {
+                Ok(urgent) => {
+                    carried = Some(job);
+                    (urgent, true)
+                }
+                Err(_) => (job, false),
+            },
+            None => match next_job(live, file) {
+                Some(next) => next,
+                None => break,
+            },
+        };
         let (queue, limit) = if is_live {
             (live, 1)
         } else {
             (file, max_batch)
         };
+        // Only jobs of one language and one window share a decode, so a job is read the same
+        // whatever it was queued with.
+        let window = engine.window(first.audio.len());
         let mut batch = vec![first];
-        let mut other_language = None;
         while batch.len() < limit {
-            // Only jobs of one language share a decode.
             match queue.try_recv() {
-                Ok(job) if job.language == batch[0].language => batch.push(job),
+                Ok(job)
+                    if job.language == batch[0].language
+                        && engine.window(job.audio.len()) == window =>
+                {
+                    batch.push(job)
+                }
                 Ok(job) => {
-                    other_language = Some(job);
+                    carried = Some(job);
                     break;
                 }
                 Err(_) => break,
             }
         }
         run(&mut *engine, batch, stats);
-        if let Some(job) = other_language {
-            run(&mut *engine, vec![job], stats);
-        }
     }
 }
 

@@ -118,6 +118,8 @@ pub struct ScriptedEngine {
     cost: Duration,
     decoded: Arc<AtomicU64>,
     languages: Vec<Language>,
+    /// Samples per window step, when the engine reads utterances in windows (0: it does not).
+    window_step: usize,
 }
 
 impl std::fmt::Debug for ScriptedEngine {
@@ -151,7 +153,15 @@ impl ScriptedEngine {
             cost: Duration::ZERO,
             decoded: Arc::default(),
             languages: ["en", "de"].map(super::languages::language).to_vec(),
+            window_step: 0,
         }
+    }
+
+    /// Reads utterances in windows of whole `step`s of samples, as Whisper pads them: a batch
+    /// whose utterances need different windows is refused, as the pool must never send one.
+    pub fn with_windows(mut self, step: usize) -> Self {
+        self.window_step = step;
+        self
     }
 
     /// Decodes wait at `gate`.
@@ -244,6 +254,12 @@ impl AsrEngine for ScriptedEngine {
         if !self.languages.iter().any(|l| l.code == language) {
             return Err(AsrError::Language(language.to_owned()));
         }
+        if let Some(first) = utterances.first() {
+            let window = self.window(first.len());
+            if utterances.iter().any(|u| self.window(u.len()) != window) {
+                return Err(AsrError::Engine("a batch of different windows".into()));
+            }
+        }
         self.gate.pass();
         let mut out = Vec::with_capacity(utterances.len());
         for audio in utterances {
@@ -263,6 +279,14 @@ impl AsrEngine for ScriptedEngine {
 
     fn languages(&self) -> &[Language] {
         &self.languages
+    }
+
+    fn window(&self, samples: usize) -> usize {
+        if self.window_step == 0 {
+            0
+        } else {
+            samples.div_ceil(self.window_step)
+        }
     }
 }
 

@@ -11,7 +11,10 @@
 //!
 //! The window is variable: the features are padded to max(`min_window`, utterance) instead of
 //! Whisper's fixed 30 s, since CTranslate2's encoder accepts fewer than 3000 frames and costs
-//! less on them. A batch shares one window, the longest its utterances need.
+//! less on them. Past `min_window` it grows in steps of [`WINDOW_STEP_FRAMES`] (5 s): how an
+//! utterance is read depends on the window it is padded to, and a batch shares one window, so
+//! the pool batches only utterances whose windows are equal ([`AsrEngine::window`]), and the
+//! steps make that common.
 
 use std::path::Path;
 
@@ -22,6 +25,12 @@ use super::languages::model_languages;
 use super::tokenizer::Vocabulary;
 use super::{AsrEngine, AsrError, Language, Transcript, Word};
 use crate::audio::mel::{LogMel, HOP, N_FRAMES, N_MELS, SAMPLE_RATE};
+
+/// Step in which a window longer than the shortest grows, in mel frames (5 s). Windows of a
+/// few steps are often equal, so utterances can still be batched (which only utterances of
+/// one window are); the padding this adds costs the encoder about 2.5 s of a window on
+/// average, a few percent of a packed window's decode.
+pub const WINDOW_STEP_FRAMES: usize = 500;
 
 /// Encoder frames per second (one per 20 ms).
 const ENCODER_FRAMES_PER_SEC: f64 = 50.0;
@@ -57,10 +66,18 @@ impl Default for WhisperSettings {
 }
 
 impl WhisperSettings {
-    /// Mel frames of the window for utterances of up to `samples` samples.
+    /// Mel frames of the window for an utterance of `samples` samples: the shortest window
+    /// when it fits, else the utterance rounded up to a whole [`WINDOW_STEP_FRAMES`], at most
+    /// Whisper's 30 s. A function of the utterance alone.
     pub fn window_frames(&self, samples: usize) -> usize {
-        let min = (self.min_window_secs.clamp(0.0, 30.0) * SAMPLE_RATE as f64 / HOP as f64).ceil();
-        LogMel::window_frames(samples, min as usize)
+        let min = (self.min_window_secs.clamp(0.0, 30.0) * SAMPLE_RATE as f64 / HOP as f64).ceil()
+            as usize;
+        let frames = LogMel::window_frames(samples, min);
+        if frames <= min {
+            frames
+        } else {
+            frames.next_multiple_of(WINDOW_STEP_FRAMES).min(N_FRAMES)
+        }
     }
 }
 
@@ -213,6 +230,8 @@ impl AsrEngine for WhisperEngine {
             return Ok(Vec::new());
         }
         let prompt = self.prompt(language)?;
+        // The pool batches utterances of one window; a caller that mixes windows gets the
+        // longest for all.
         let longest = utterances.iter().map(|u| u.len()).max().unwrap_or(0);
         let frames = self.settings.window_frames(longest);
         let per = N_MELS * frames;
@@ -329,5 +348,9 @@ impl AsrEngine for WhisperEngine {
 
     fn languages(&self) -> &[Language] {
         &self.languages
+    }
+
+    fn window(&self, samples: usize) -> usize {
+        self.settings.window_frames(samples)
     }
 }
