@@ -73,6 +73,25 @@ fn pool(workers: usize, max_batch: usize) -> AsrPool {
     .unwrap()
 }
 
+/// Each of `utterances` submitted to `pool` as file work in English, their transcripts in order.
+fn through_pool(pool: &AsrPool, utterances: impl Iterator<Item = Vec<f32>>) -> Vec<Transcript> {
+    let (tx, rx) = mpsc::channel();
+    for (i, audio) in utterances.enumerate() {
+        let tx = tx.clone();
+        pool.submit_file(Job {
+            audio,
+            language: "en".into(),
+            reply: Box::new(move |r| tx.send((i, r)).unwrap()),
+            cancel: None,
+        })
+        .unwrap();
+    }
+    drop(tx);
+    let mut results: Vec<(usize, Transcript)> = rx.iter().map(|(i, r)| (i, r.unwrap())).collect();
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, t)| t).collect()
+}
+
 fn i16_of(samples: &[f32]) -> Vec<i16> {
     samples
         .iter()
@@ -84,24 +103,13 @@ fn i16_of(samples: &[f32]) -> Vec<i16> {
 fn telephone_wer_is_at_most_15_percent() {
     let set = telephone_set();
     assert_eq!(set.len(), 34);
-    let pool = pool(2, 1);
-    let (tx, rx) = mpsc::channel();
-    for (i, (path, _)) in set.iter().enumerate() {
-        let tx = tx.clone();
-        pool.submit_file(Job {
-            audio: load(path, OUTPUT_RATE),
-            language: "en".into(),
-            reply: Box::new(move |r| tx.send((i, r)).unwrap()),
-            cancel: None,
-        })
-        .unwrap();
-    }
-    drop(tx);
-    let mut results: Vec<(usize, Transcript)> = rx.iter().map(|(i, r)| (i, r.unwrap())).collect();
-    results.sort_by_key(|(i, _)| *i);
+    let results = through_pool(
+        &pool(2, 1),
+        set.iter().map(|(path, _)| load(path, OUTPUT_RATE)),
+    );
     assert_eq!(results.len(), set.len());
     let mut total = WerCount::default();
-    for ((path, reference), (_, t)) in set.iter().zip(&results) {
+    for ((path, reference), t) in set.iter().zip(&results) {
         let count = wer(reference, &t.text);
         println!(
             "{:<28} wer {:>5.1}%  conf {:.2}  {:?}",
@@ -389,22 +397,10 @@ fn an_utterance_is_read_the_same_whatever_it_is_batched_with() {
     assert_eq!(swapped, [alone[1].clone(), alone[0].clone()]);
 
     // Through the pool, with the short utterance queued between the long ones: the same.
-    let pool = pool(1, 4);
-    let (tx, rx) = mpsc::channel();
-    for (i, audio) in [&long[0], &short, &long[1]].into_iter().enumerate() {
-        let tx = tx.clone();
-        pool.submit_file(Job {
-            audio: audio.clone(),
-            language: "en".into(),
-            reply: Box::new(move |r| tx.send((i, r)).unwrap()),
-            cancel: None,
-        })
-        .unwrap();
-    }
-    drop(tx);
-    let mut pooled: Vec<(usize, Transcript)> = rx.iter().map(|(i, r)| (i, r.unwrap())).collect();
-    pooled.sort_by_key(|(i, _)| *i);
-    let pooled: Vec<Transcript> = pooled.into_iter().map(|(_, t)| t).collect();
+    let pooled = through_pool(
+        &pool(1, 4),
+        [&long[0], &short, &long[1]].into_iter().cloned(),
+    );
     assert_eq!(
         pooled,
         [alone[0].clone(), alone[2].clone(), alone[1].clone()]
