@@ -1,7 +1,7 @@
 //! The ASR worker pool's rules, on the scripted engine: live work before file work, file work
-//! batched by language and window, a full live queue refusing at once and handing the job back, load
-//! errors reported. A closed gate holds the worker in a decode, so what is queued meanwhile is
-//! known exactly; nothing here depends on timing.
+//! batched by language and window, a full live queue refusing at once and handing the job
+//! back, load errors reported. A closed gate holds the worker in a decode, so what is queued
+//! meanwhile is known exactly; nothing here depends on timing.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -14,9 +14,13 @@ use callstream_actors::asr::AsrError;
 /// A pool of one worker on a scripted engine held at `gate`.
 fn pool(gate: &Gate, config: PoolConfig) -> (AsrPool, ScriptedEngine) {
     let engine = ScriptedEngine::default().with_gate(gate.clone());
+    (pool_of(&engine, config), engine)
+}
+
+/// A pool whose workers are clones of `engine`.
+fn pool_of(engine: &ScriptedEngine, config: PoolConfig) -> AsrPool {
     let made = engine.clone();
-    let pool = AsrPool::start(config, move |_| Ok(made.boxed())).unwrap();
-    (pool, engine)
+    AsrPool::start(config, move |_| Ok(made.boxed())).unwrap()
 }
 
 fn one_worker(live_queue: usize) -> PoolConfig {
@@ -126,8 +130,7 @@ fn only_file_work_of_one_window_shares_a_decode() {
     let engine = ScriptedEngine::default()
         .with_gate(gate.clone())
         .with_windows(32_000);
-    let made = engine.clone();
-    let pool = AsrPool::start(one_worker(4), move |_| Ok(made.boxed())).unwrap();
+    let pool = pool_of(&engine, one_worker(4));
     let (order, rx) = Order::new();
     pool.submit_file(order.job_of("short-0", "en", 1.0))
         .unwrap();

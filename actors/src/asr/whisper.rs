@@ -73,7 +73,7 @@ impl WhisperSettings {
         let min = (self.min_window_secs.clamp(0.0, 30.0) * SAMPLE_RATE as f64 / HOP as f64).ceil()
             as usize;
         let frames = LogMel::window_frames(samples, min);
-        if frames <= min {
+        if frames <= LogMel::window_frames(0, min) {
             frames
         } else {
             frames.next_multiple_of(WINDOW_STEP_FRAMES).min(N_FRAMES)
