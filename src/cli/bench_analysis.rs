@@ -73,7 +73,7 @@ impl From<SetLayout> for Layout {
 }
 
 /// One labelled call.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Call {
     /// Its name in calls.txt.
     pub id: String,
@@ -85,7 +85,7 @@ pub struct Call {
 }
 
 /// The expected answer for one BANT or NEAT-P field of a call.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Label {
     field: String,
     status: String,
@@ -822,20 +822,25 @@ mod tests {
                 .chain(&c.neat_p)
                 .any(|l| l.status == status)));
         }
-        // Each call has its recording: two channels, the customer on the first.
-        for (n, call) in calls.iter().enumerate() {
-            let audio = load_audio(&dir.join(format!("call-{:02}.flac", n + 1)), 1).unwrap();
-            assert_eq!(audio.len(), 2, "{}", call.id);
-            let energy = |c: &[f32]| c.iter().map(|v| v * v).sum::<f32>();
-            assert!(
-                energy(&audio[0]) > 0.0 && energy(&audio[1]) > 0.0,
-                "{}",
-                call.id
-            );
+        // Each call has its recording in both renderings (espeak-ng; the neural voice in
+        // natural/, which reads the same calls.txt): two channels, the customer on the first.
+        let natural = dir.join("natural");
+        assert_eq!(read_calls(&natural.join("calls.txt")).unwrap(), calls);
+        for set in [&dir, &natural] {
+            for (n, call) in calls.iter().enumerate() {
+                let audio = load_audio(&set.join(format!("call-{:02}.flac", n + 1)), 1).unwrap();
+                assert_eq!(audio.len(), 2, "{}", call.id);
+                let energy = |c: &[f32]| c.iter().map(|v| v * v).sum::<f32>();
+                assert!(
+                    energy(&audio[0]) > 0.0 && energy(&audio[1]) > 0.0,
+                    "{}",
+                    call.id
+                );
+            }
+            assert!(!set
+                .join(format!("call-{:02}.flac", calls.len() + 1))
+                .exists());
         }
-        assert!(!dir
-            .join(format!("call-{:02}.flac", calls.len() + 1))
-            .exists());
     }
 
     #[test]
