@@ -136,3 +136,34 @@ fn a_tone_after_speech_still_ends_the_utterance() {
         late as f64 / 8_000.0
     );
 }
+
+#[test]
+fn a_short_first_word_joins_the_sentence_after_its_pause() {
+    // "Yes, we have around eight thousand pounds for hardware, and the first year of service."
+    // in the neural voice (the customer of sales-4): "Yes," is 18.20-18.45 s, then 0.4 s of
+    // near silence, then "we have" too soft for the WebRTC VAD until about 19.46 s. The word
+    // alone is too short to keep; ended after the usual trailing silence, it was dropped with
+    // the pause, and the sentence began at 19.06 s without its first three words.
+    let customer = channel_8k("fixtures/analysis/natural/call-46.flac", 0);
+    let utterances = segment(&customer, VadConfig::default(), 1_600);
+    let spans: Vec<(f64, f64)> = utterances
+        .iter()
+        .map(|u| (u.start_secs(), u.start_secs() + u.duration_secs()))
+        .collect();
+    let sentence = spans
+        .iter()
+        .find(|(from, to)| *from < 20.0 && *to > 20.0)
+        .unwrap_or_else(|| panic!("no utterance holds 20 s: {spans:?}"));
+    assert!(sentence.0 < 18.2, "{spans:?}");
+    // The customer's earlier sentences stay their own utterances.
+    assert!(
+        spans.iter().filter(|(_, to)| *to < 18.0).count() >= 2,
+        "{spans:?}"
+    );
+
+    // The same word with nothing after it is still too short to be an utterance.
+    let mut word = customer[(18.1 * 8_000.0) as usize..(18.5 * 8_000.0) as usize].to_vec();
+    assert!(level_db(&word) > -30.0);
+    word.extend(vec![0i16; 3 * 8_000]);
+    assert!(segment(&word, VadConfig::default(), 1_600).is_empty());
+}

@@ -34,6 +34,15 @@ const TAIL_MS: u32 = 400;
 const MIN_CLEAR_FRAMES: usize = 3;
 /// First FFT bin of the tonality band (312.5 Hz).
 const BAND_LO: usize = 10;
+/// Non-speech that ends an utterance still too short to count (less voiced speech than
+/// `min_speech_ms`), when longer than the trailing silence. A short first word and a pause
+/// ("Yes, ... we have around eight thousand pounds") would otherwise end as a piece too short
+/// to keep, its word dropped, and the sentence after it start a new utterance, whose soft first
+/// words the pre-roll may not reach: a neural voice's "Yes," then 1.0 s with its "we have"
+/// too soft for the WebRTC VAD lost all three words. Held open this long, the word joins the
+/// sentence that follows; with nothing after it, it is dropped as before. It delays no
+/// utterance that counts.
+const SHORT_HOLD_MS: u32 = 1_500;
 
 /// Segmentation settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -263,6 +272,8 @@ struct Current {
     samples: Vec<i16>,
     frames: Vec<FrameStat>,
     trailing_silence: u32,
+    /// Voiced, loud enough frames so far (what `min_speech_ms` counts).
+    voiced: u32,
 }
 
 impl Segmenter {
@@ -350,6 +361,7 @@ impl Segmenter {
                     samples,
                     frames,
                     trailing_silence: 0,
+                    voiced: u32::from(stat.voiced),
                 });
             }
             None => {
@@ -368,12 +380,18 @@ impl Segmenter {
             Some(current) => {
                 current.samples.extend_from_slice(frame);
                 current.frames.push(stat);
+                current.voiced += u32::from(stat.voiced);
                 current.trailing_silence = if stat.speech {
                     0
                 } else {
                     current.trailing_silence + stat.pause_ms()
                 };
-                if current.trailing_silence >= self.config.trailing_silence_ms {
+                let ends = if current.voiced * FRAME_MS < self.config.min_speech_ms {
+                    self.config.trailing_silence_ms.max(SHORT_HOLD_MS)
+                } else {
+                    self.config.trailing_silence_ms
+                };
+                if current.trailing_silence >= ends {
                     let done = self.current.take().expect("matched Some above");
                     self.emit_if_speech(done, emit);
                 } else if current.samples.len() >= Self::ms_to_samples(self.config.max_utterance_ms)
@@ -410,6 +428,7 @@ impl Segmenter {
             .take_while(|f| !f.speech)
             .map(FrameStat::pause_ms)
             .sum();
+        let voiced = rest_frames.iter().filter(|f| f.voiced).count() as u32;
         let mut samples = Vec::with_capacity(Self::ms_to_samples(self.config.max_utterance_ms));
         samples.extend_from_slice(&rest_samples);
         self.current = Some(Current {
@@ -417,6 +436,7 @@ impl Segmenter {
             samples,
             frames: rest_frames,
             trailing_silence: trailing,
+            voiced,
         });
     }
 
