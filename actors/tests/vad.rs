@@ -40,6 +40,14 @@ fn segment(samples: &[i16], config: VadConfig, chunk: usize) -> Vec<Utterance> {
     out
 }
 
+/// Each utterance's start and end, seconds.
+fn spans(utterances: &[Utterance]) -> Vec<(f64, f64)> {
+    utterances
+        .iter()
+        .map(|u| (u.start_secs(), u.start_secs() + u.duration_secs()))
+        .collect()
+}
+
 fn level_db(x: &[i16]) -> f64 {
     let e: f64 = x.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>() / x.len().max(1) as f64;
     10.0 * (e.max(1e-3) / (32768.0f64 * 32768.0)).log10()
@@ -95,11 +103,7 @@ fn a_synthetic_voice_s_held_vowels_do_not_cut_its_sentence() {
     // half a second of them tones. Counted as silence, they ended the utterance 0.4 s in, and
     // that piece was too short and steady to be kept: its words were lost.
     let agent = channel_8k("fixtures/analysis/call-09.flac", 1);
-    let utterances = segment(&agent, VadConfig::default(), 1_600);
-    let spans: Vec<(f64, f64)> = utterances
-        .iter()
-        .map(|u| (u.start_secs(), u.start_secs() + u.duration_secs()))
-        .collect();
+    let spans = spans(&segment(&agent, VadConfig::default(), 1_600));
     assert_eq!(spans.len(), 1, "{spans:?}");
     assert!(spans[0].0 < 11.6 && spans[0].1 > 15.9, "{spans:?}");
 }
@@ -145,11 +149,7 @@ fn a_short_first_word_joins_the_sentence_after_its_pause() {
     // alone is too short to keep; ended after the usual trailing silence, it was dropped with
     // the pause, and the sentence began at 19.06 s without its first three words.
     let customer = channel_8k("fixtures/analysis/natural/call-46.flac", 0);
-    let utterances = segment(&customer, VadConfig::default(), 1_600);
-    let spans: Vec<(f64, f64)> = utterances
-        .iter()
-        .map(|u| (u.start_secs(), u.start_secs() + u.duration_secs()))
-        .collect();
+    let spans = spans(&segment(&customer, VadConfig::default(), 1_600));
     let sentence = spans
         .iter()
         .find(|(from, to)| *from < 20.0 && *to > 20.0)
