@@ -386,7 +386,7 @@ impl Segmenter {
                 } else {
                     current.trailing_silence + stat.pause_ms()
                 };
-                let ends = if current.voiced * FRAME_MS < self.config.min_speech_ms {
+                let ends = if short_of_speech(current.voiced, &self.config) {
                     self.config.trailing_silence_ms.max(SHORT_HOLD_MS)
                 } else {
                     self.config.trailing_silence_ms
@@ -464,6 +464,12 @@ impl Segmenter {
     }
 }
 
+/// Whether `voiced` voiced, loud enough frames are less speech than an utterance needs
+/// (`min_speech_ms`).
+fn short_of_speech(voiced: u32, config: &VadConfig) -> bool {
+    voiced * FRAME_MS < config.min_speech_ms
+}
+
 /// Utterance-level decision over the frames of a candidate.
 ///
 /// The speech it needs (`min_speech_ms`) counts every voiced, loud enough frame, tonal ones
@@ -471,7 +477,7 @@ impl Segmenter {
 /// started the utterance with a frame that was not). Tones alone never start an utterance.
 fn is_speech(frames: &[FrameStat], config: &VadConfig) -> bool {
     let voiced = frames.iter().filter(|f| f.voiced).count() as u32;
-    if voiced * FRAME_MS < config.min_speech_ms {
+    if short_of_speech(voiced, config) {
         return false;
     }
     let speech: Vec<&FrameStat> = frames.iter().filter(|f| f.speech).collect();
