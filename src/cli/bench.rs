@@ -49,6 +49,11 @@ pub enum BenchCommand {
         /// back, whose written dialogues are the reference: correct words and WER are reported.
         #[arg(long)]
         set: Option<PathBuf>,
+        /// Writes each run's transcript here, one file per run and channel
+        /// (`packed-0.txt`, `utterance-1.txt`...), a segment per line with its start time, and
+        /// with --set the reference words of each channel (`reference-0.txt`...).
+        #[arg(long)]
+        text: Option<PathBuf>,
     },
     /// Added latency and throughput of REST chat on the upstream path, against a local
     /// provider stand-in that answers at once, on the configured store (sled in a temporary
@@ -195,6 +200,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             language,
             faster_whisper,
             set,
+            text,
         } => files(
             config,
             &audio,
@@ -202,6 +208,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             &language,
             faster_whisper,
             set.as_deref(),
+            text.as_deref(),
         ),
         BenchCommand::Calls {
             concurrency,
@@ -352,6 +359,7 @@ fn files(
     language: &str,
     faster_whisper: bool,
     set: Option<&std::path::Path>,
+    text: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     use callstream_actors::asr::file::{transcribe_channels, Packing};
     use callstream_actors::asr::wer::correct_words;
@@ -407,11 +415,25 @@ fn files(
         config.asr.workers
     );
     println!("engine                                     wall s  CPU s  windows  words");
+    if let (Some(dir), Some(references)) = (text, &references) {
+        std::fs::create_dir_all(dir)?;
+        for (c, r) in references.iter().enumerate() {
+            std::fs::write(dir.join(format!("reference-{c}.txt")), r.trim_end())?;
+        }
+    }
     let pool = callstream::speech::start_pool(config, None)?;
     let mut ours = Vec::new();
-    for (name, packing) in [
-        ("callstream, packed windows", config.transcribe.packing()),
-        ("callstream, one window per utterance", Packing::OFF),
+    for (name, file, packing) in [
+        (
+            "callstream, packed windows",
+            "packed",
+            config.transcribe.packing(),
+        ),
+        (
+            "callstream, one window per utterance",
+            "utterance",
+            Packing::OFF,
+        ),
     ] {
         let before = pool.snapshot().batches;
         let (cpu, started) = (cpu_seconds(), Instant::now());
@@ -428,6 +450,17 @@ fn files(
         let mut segments = segments;
         segments.sort_by(|a, b| a.channel.cmp(&b.channel).then(a.start.total_cmp(&b.start)));
         let words = word_list(segments.iter().map(|s| s.text.as_str()));
+        if let Some(dir) = text {
+            std::fs::create_dir_all(dir)?;
+            for c in 0..channels.len() {
+                let lines: String = segments
+                    .iter()
+                    .filter(|s| s.channel == c)
+                    .map(|s| format!("{:9.2} {}\n", s.start, s.text.trim()))
+                    .collect();
+                std::fs::write(dir.join(format!("{file}-{c}.txt")), lines)?;
+            }
+        }
         println!(
             "{name:<41}  {wall:>6.1}  {cpu:>5.1}  {:>7}  {:>5}",
             pool.snapshot().batches - before,

@@ -4,7 +4,9 @@
 //!
 //! A decoding loop (a phrase of two or more words said three times or more back to back, or
 //! one word four times or more) is rejected when it is all the transcript says, and cut back
-//! to one saying when there is other speech around it.
+//! to one saying when there is other speech around it. A long passage said twice back to back
+//! is a loop too: Whisper sometimes reads a window to its end and then again from its start.
+//! Its first saying is the speech, so it is only ever cut back, never rejected.
 
 use super::Transcript;
 
@@ -22,6 +24,10 @@ const LOOP_REPEATS: usize = 3;
 const WORD_LOOP_REPEATS: usize = 4;
 /// Longest looping phrase looked for, in words.
 const MAX_LOOP_WORDS: usize = 8;
+/// A passage of this many words or more said twice back to back is a decoding loop: nobody
+/// says ten words again word for word without a pause, and a packed window's utterances are
+/// separate turns.
+const LONG_LOOP_WORDS: usize = 10;
 
 /// Why a transcript was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,13 +82,16 @@ fn normalised(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The first loop in `words`: (start, phrase length, repeats).
-fn find_loop(words: &[String]) -> Option<(usize, usize, usize)> {
-    for n in 1..=MAX_LOOP_WORDS {
-        let needed = if n == 1 {
-            WORD_LOOP_REPEATS
-        } else {
-            LOOP_REPEATS
+/// The first loop in `words`: (start, phrase length, repeats). Short phrases are looked
+/// for first, then, with `long`, passages said twice.
+fn find_loop(words: &[String], long: bool) -> Option<(usize, usize, usize)> {
+    let longest = if long { words.len() / 2 } else { 0 };
+    let lengths = (1..=MAX_LOOP_WORDS).chain(LONG_LOOP_WORDS..=longest);
+    for n in lengths {
+        let needed = match n {
+            1 => WORD_LOOP_REPEATS,
+            n if n <= MAX_LOOP_WORDS => LOOP_REPEATS,
+            _ => 2,
         };
         for start in 0..words.len() {
             let mut repeats = 1;
@@ -111,7 +120,7 @@ fn collapse_loops(t: &mut Transcript) {
             if keys.iter().any(String::is_empty) {
                 break;
             }
-            let Some((start, n, repeats)) = find_loop(&keys) else {
+            let Some((start, n, repeats)) = find_loop(&keys, true) else {
                 break;
             };
             pieces.drain(start + n..start + n * repeats);
@@ -127,7 +136,7 @@ fn collapse_loops(t: &mut Transcript) {
             if keys.iter().any(String::is_empty) {
                 break;
             }
-            let Some((start, n, repeats)) = find_loop(&keys) else {
+            let Some((start, n, repeats)) = find_loop(&keys, true) else {
                 break;
             };
             t.words.drain(start + n..start + n * repeats);
@@ -159,16 +168,19 @@ fn has_words(text: &str) -> bool {
     false
 }
 
-/// True when the text holds a decoding loop anywhere: the decode is worth repeating with
-/// repetition held back.
+/// True when the text holds a short phrase looping anywhere: the decode is worth repeating
+/// with repetition held back, as the loop usually ate the words after it. A passage said
+/// twice lost nothing (its first saying is whole) and is only cut back: decoded again with
+/// repeats held back, a window of several turns came out worse than its first reading.
 pub fn has_loop(text: &str) -> bool {
-    find_loop(&normalised(text)).is_some()
+    find_loop(&normalised(text), false).is_some()
 }
 
-/// True when the whole text is one phrase said over and over (with at most a word around it).
+/// True when the whole text is one short phrase said over and over (with at most a word
+/// around it). A long passage said twice is not: its first saying is the speech.
 fn is_loop(text: &str) -> bool {
     let words = normalised(text);
-    find_loop(&words).is_some_and(|(_, n, repeats)| n * repeats + 1 >= words.len())
+    find_loop(&words, false).is_some_and(|(_, n, repeats)| n * repeats + 1 >= words.len())
 }
 
 #[cfg(test)]
@@ -276,6 +288,48 @@ mod tests {
         let mut fine = t("No, no, no. I said two, two tickets.", -0.3, 0.0);
         apply(&mut fine);
         assert_eq!(fine.text, "No, no, no. I said two, two tickets.");
+    }
+
+    #[test]
+    fn a_window_read_twice_is_cut_to_its_first_reading() {
+        // A packed window's turns, then the decoder starting over from the first of them.
+        let turns = "Hello, can I book a call with a mortgage advisor for some time next week? \
+                     And afternoon, ideally Monday or Tuesday after 3. Hello,";
+        let mut twice = t(&format!("{turns} {turns}"), -0.3, 0.0);
+        assert!(!has_loop(&twice.text), "nothing was lost: no second decode");
+        assert_eq!(judge(&twice), None, "the first reading is speech");
+        apply(&mut twice);
+        assert_eq!(twice.text, turns);
+
+        // Said twice with other speech after it, and with word timings.
+        let said = "I need the email address for the events team please";
+        let text = format!("{said} {said} Lovely, thank you.");
+        let mut timed = t(&text, -0.3, 0.0);
+        timed.words = text
+            .split_whitespace()
+            .enumerate()
+            .map(|(i, w)| Word {
+                text: w.into(),
+                start: i as f64 * 0.3,
+                end: i as f64 * 0.3 + 0.2,
+                probability: 0.9,
+            })
+            .collect();
+        apply(&mut timed);
+        assert_eq!(timed.text, format!("{said} Lovely, thank you."));
+        assert_eq!(timed.words.len(), 13);
+        assert_eq!(timed.words[10].start, 20.0 * 0.3);
+
+        // Shorter repeats and a phrase said again after other words are speech.
+        for fine in [
+            "Can you hear me now? Can you hear me now?",
+            "I want to cancel my order. Yes. I want to cancel my order.",
+            "Is there anything else I can help you with? No, is there anything else I can do?",
+        ] {
+            let mut kept = t(fine, -0.3, 0.0);
+            apply(&mut kept);
+            assert_eq!(kept.text, fine);
+        }
     }
 
     #[test]
