@@ -415,9 +415,9 @@ fn files(
         config.asr.workers
     );
     println!("engine                                     wall s  CPU s  windows  words");
-    if let (Some(dir), Some(references)) = (text, &references) {
+    if let Some(dir) = text {
         std::fs::create_dir_all(dir)?;
-        for (c, r) in references.iter().enumerate() {
+        for (c, r) in references.iter().flatten().enumerate() {
             std::fs::write(dir.join(format!("reference-{c}.txt")), r.trim_end())?;
         }
     }
@@ -451,7 +451,6 @@ fn files(
         segments.sort_by(|a, b| a.channel.cmp(&b.channel).then(a.start.total_cmp(&b.start)));
         let words = word_list(segments.iter().map(|s| s.text.as_str()));
         if let Some(dir) = text {
-            std::fs::create_dir_all(dir)?;
             for c in 0..channels.len() {
                 let lines: String = segments
                     .iter()
