@@ -631,16 +631,7 @@ mod tests {
                 "timeline": field("not_found", "", &[]),
                 "priority": field("not_found", "", &[]),
             });
-            let checked = check_findings(
-                &model,
-                ProfileKind::NeatP,
-                &mut record,
-                &call,
-                Some("Agent"),
-                &[],
-            )
-            .await
-            .unwrap();
+            let checked = neat_p(&model, &mut record, &call, &[]).await;
             let asked = model.asked.into_inner().unwrap();
             if own == WEAK {
                 assert_eq!(
@@ -708,16 +699,7 @@ mod tests {
             })
         };
         let mut record = answer();
-        let checked = check_findings(
-            &model,
-            ProfileKind::NeatP,
-            &mut record,
-            &call,
-            Some("Agent"),
-            &[],
-        )
-        .await
-        .unwrap();
+        let checked = neat_p(&model, &mut record, &call, &[]).await;
         // 0.12 for cost would pass alone, but its twin, the budget, is likelier than all else
         // together; the sentence sharing the summary's words is a budget too.
         assert_eq!(record["economic_impact"], field("not_found", "", &[]));
@@ -752,6 +734,20 @@ mod tests {
             ),
             (7, 1, 0, 1, 1)
         );
+    }
+
+    /// Checks a NEAT-P `record` of `call`, whose agent is the seller, with `model`.
+    async fn neat_p(model: &Table, record: &mut Value, call: &str, doubted: &[bool]) -> Checked {
+        check_findings(
+            model,
+            ProfileKind::NeatP,
+            record,
+            call,
+            Some("Agent"),
+            doubted,
+        )
+        .await
+        .unwrap()
     }
 
     /// A model that sorts each quote by a fixed table (the quote, its topic and that topic's
@@ -840,16 +836,7 @@ mod tests {
             "priority": field("identified", "It is their top priority.",
                 &["We need it before June."]),
         });
-        let checked = check_findings(
-            &model,
-            ProfileKind::NeatP,
-            &mut record,
-            CALL,
-            Some("Agent"),
-            &[],
-        )
-        .await
-        .unwrap();
+        let checked = neat_p(&model, &mut record, CALL, &[]).await;
         (record, checked, model.asked.into_inner().unwrap())
     }
 
@@ -940,16 +927,13 @@ mod tests {
                 asked: Mutex::new(Vec::new()),
             };
             let mut record = answer();
-            let checked = check_findings(
+            let checked = neat_p(
                 &model,
-                ProfileKind::NeatP,
                 &mut record,
                 SALE,
-                Some("Agent"),
                 &[false, pushed, pushed, false, false],
             )
-            .await
-            .unwrap();
+            .await;
             let asked = model.asked.into_inner().unwrap();
             // Clearly about a decision: kept either way.
             assert_eq!(
