@@ -169,6 +169,13 @@ pub struct LlmConfig {
     /// Prompt tokens the embedded model evaluates in one pass (llama.cpp's `n_ubatch`).
     #[serde(default = "default_micro_batch")]
     pub micro_batch: u32,
+    /// How the embedded model stores the attention keys of evaluated tokens; absent, chosen
+    /// by the CPU (f16 with AMX, else q8_0).
+    #[serde(default)]
+    pub key_cache: Option<KeyCache>,
+    /// Whether llama.cpp lays the weights out again for its CPU kernels at load.
+    #[serde(default = "default_repack_weights")]
+    pub repack_weights: bool,
     /// Most tokens the embedded model drafts ahead of a structured answer; absent, chosen by
     /// the CPU (8 with AMX, else 0).
     #[serde(default)]
@@ -191,6 +198,21 @@ pub struct LlmConfig {
 
 fn default_micro_batch() -> u32 {
     128
+}
+
+fn default_repack_weights() -> bool {
+    true
+}
+
+/// `llm.key_cache`: the type of the attention keys the embedded model keeps per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum KeyCache {
+    /// 16-bit floats, llama.cpp's default.
+    #[serde(rename = "f16")]
+    F16,
+    /// 8-bit integers with a scale per 32 values (llama.cpp's `q8_0`).
+    #[serde(rename = "q8_0")]
+    Q8_0,
 }
 
 /// `[llm.upstream]`.
@@ -734,6 +756,13 @@ mod tests {
                 Config::load_with_env(None, env(&[("CALLSTREAM_LLM__MICRO_BATCH", micro_batch)]));
             assert!(bad.unwrap_err().to_string().contains("micro_batch"));
         }
+        let keys = |v: &str| Config::load_with_env(None, env(&[("CALLSTREAM_LLM__KEY_CACHE", v)]));
+        assert_eq!(keys("f16").unwrap().llm.key_cache, Some(KeyCache::F16));
+        assert_eq!(keys("q8_0").unwrap().llm.key_cache, Some(KeyCache::Q8_0));
+        let default = Config::load_with_env(None, env(&[])).unwrap();
+        assert_eq!(default.llm.key_cache, None, "chosen by the CPU");
+        let wrong = keys("q4_0").unwrap_err().to_string();
+        assert!(wrong.contains("q4_0") && wrong.contains("q8_0"), "{wrong}");
         let ok = Config::load_with_env(None, env(&[("CALLSTREAM_LLM__MICRO_BATCH", "512")]));
         assert_eq!(ok.unwrap().llm.micro_batch, 512);
         assert_eq!(

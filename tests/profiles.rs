@@ -37,6 +37,9 @@ fn model() -> EmbeddedLlm {
             micro_batch: 128,
             // Drafting on whatever the CPU: the analyses below check its answers too.
             draft_tokens: Some(8),
+            // The keys as the CPU decides (q8_0, or f16 with AMX), as the service runs.
+            key_cache: None,
+            repack_weights: true,
         },
     )
     .unwrap()
@@ -396,6 +399,7 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
             after: "\"status\":\"".into(),
             words: statuses.iter().map(|s| s.to_string()).collect(),
             floor,
+            only: false,
         }),
     };
     for floor in [None, Some((2, 1.01)), Some((0, 1.01))] {
@@ -417,6 +421,24 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
                 assert!(p[i] >= p[other], "{name}: {chosen} in {p:?}");
             }
         }
+    }
+    // The start every answer has is read with the prompt: the first point is weighed at
+    // once, and a caller that wants only its odds gets them with nothing written.
+    let mut first = ask(None);
+    first.odds.as_mut().unwrap().only = true;
+    let whole = llm.generate(ask(None), None).await.unwrap();
+    let only = llm.generate(first, None).await.unwrap();
+    assert_eq!(only.text, r#"{"budget":{"status":""#);
+    assert_eq!(only.usage.completion_tokens, 0);
+    assert_eq!(only.odds.len(), 1);
+    assert!(whole.text.starts_with(&only.text), "{}", whole.text);
+    for (a, b) in only.odds[0].iter().zip(&whole.odds[0]) {
+        assert!(
+            (a - b).abs() < 1e-3,
+            "{:?} against {:?}",
+            only.odds,
+            whole.odds
+        );
     }
 }
 

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -79,6 +79,17 @@ pub struct EmbeddedConfig {
     /// CPU module loaded has AMX, where checking several tokens costs about what one does,
     /// and none elsewhere, where each costs nearly a token's own evaluation (README, Measured).
     pub draft_tokens: Option<u32>,
+    /// The type of the attention keys kept per evaluated token. With `q8_0` the scores
+    /// (keys x queries) are 8-bit integer products, which CPUs with VNNI do several times
+    /// faster than llama.cpp's f16 products in f32; the values stay f16 (llama.cpp quantizes
+    /// them only under flash attention). `None`: f16 where the CPU module loaded has AMX,
+    /// whose attention products (`scripts/cmake/amx-attention.cpp`) take f16 keys, and q8_0
+    /// elsewhere (README, Measured).
+    pub key_cache: Option<crate::config::KeyCache>,
+    /// llama.cpp's repacking of weights into interleaved rows at load (its `CPU_REPACK`
+    /// buffers); off, the weights stay as in the file and batches go to llama.cpp's tiled
+    /// K-quant products instead.
+    pub repack_weights: bool,
 }
 
 /// Tokens drafted by default where the CPU module loaded has AMX.
@@ -313,23 +324,33 @@ fn worker(
     let loaded = (|| {
         // Before the engine starts: with no backend loaded, it would load one by itself.
         let features = cpu_backend()?;
-        let draft =
-            config
-                .draft_tokens
-                .unwrap_or(if features.split(", ").any(|f| f == "AMX_INT8 = 1") {
-                    AMX_DRAFT_TOKENS
-                } else {
-                    0
-                });
-        tracing::debug!(draft, "tokens drafted ahead of structured answers");
+        let amx = features.split(", ").any(|f| f == "AMX_INT8 = 1");
+        let draft = config
+            .draft_tokens
+            .unwrap_or(if amx { AMX_DRAFT_TOKENS } else { 0 });
+        let keys = config.key_cache.unwrap_or(if amx {
+            crate::config::KeyCache::F16
+        } else {
+            crate::config::KeyCache::Q8_0
+        });
+        tracing::debug!(
+            draft,
+            ?keys,
+            "tokens drafted ahead of structured answers, key cache"
+        );
         let mut backend = LlamaBackend::init().map_err(engine)?;
         backend.void_logs();
-        let model = LlamaModel::load_from_file(&backend, path, &LlamaModelParams::default())
+        let mut model_params = std::pin::pin!(LlamaModelParams::default());
+        if !config.repack_weights {
+            // Every tensor in plain CPU memory: none goes to the repacking buffer type.
+            model_params.as_mut().add_cpu_buft_override(c".");
+        }
+        let model = LlamaModel::load_from_file(&backend, path, &model_params)
             .map_err(|e| LlmError::Engine(format!("cannot load {}: {e}", path.display())))?;
         let template = model.chat_template(None).map_err(engine)?;
-        Ok::<_, LlmError>((backend, model, template, draft as usize))
+        Ok::<_, LlmError>((backend, model, template, draft as usize, keys))
     })();
-    let (backend, model, template, draft) = match loaded {
+    let (backend, model, template, draft, keys) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -341,7 +362,11 @@ fn worker(
         .with_n_batch(PROMPT_CHUNK as u32)
         .with_n_ubatch(config.micro_batch.clamp(1, PROMPT_CHUNK as u32))
         .with_n_threads(config.threads as i32)
-        .with_n_threads_batch(config.threads as i32);
+        .with_n_threads_batch(config.threads as i32)
+        .with_type_k(match keys {
+            crate::config::KeyCache::F16 => KvCacheType::F16,
+            crate::config::KeyCache::Q8_0 => KvCacheType::Q8_0,
+        });
     // llama.cpp's own values of `llama_flash_attn_type`.
     let params = params.with_flash_attention_policy(i32::from(config.flash_attention));
     let mut ctx = match model.new_context(&backend, params) {
@@ -680,9 +705,26 @@ fn generate(
             limit,
         });
     }
-    let max_new = (generation.sampling.max_tokens as usize).min(limit - tokens.len() - 1);
     // Before the prompt: a schema the grammar cannot hold costs the model nothing.
     let mut picker = Picker::new(model, &generation)?;
+    // The start every answer to the schema has is read with the prompt, not written a token
+    // at a time.
+    let prompt_len = tokens.len();
+    let mut tokens = tokens;
+    let lead = match &generation.json_schema {
+        Some(schema) if generation.sampling.max_tokens > 0 => lead_tokens(
+            model,
+            &generation,
+            schema,
+            &mut picker,
+            limit - prompt_len - 1,
+        )?,
+        _ => Vec::new(),
+    };
+    // Read with the prompt, it counts as prompt (it leaves `max_tokens` for the rest: fewer).
+    tokens.extend_from_slice(&lead);
+    let max_new =
+        (generation.sampling.max_tokens as usize).min(limit - prompt_len - 1) - lead.len();
 
     let started = std::time::Instant::now();
     let reused = cache.prepare(ctx, &tokens);
@@ -718,7 +760,8 @@ fn generate(
         cache.decode(ctx, &mut batch, chunk)?;
     }
     tracing::debug!(
-        prompt = tokens.len(),
+        prompt = prompt_len,
+        lead = lead.len(),
         reused,
         kept = cache.saved.len(),
         kept_mib = cache.bytes >> 20,
@@ -742,6 +785,20 @@ fn generate(
     // asked for.
     let mut answer = String::new();
     let mut odds = Vec::new();
+    if !lead.is_empty() {
+        for &token in &lead {
+            pending.extend(vocab.token_to_piece(token, false, None));
+        }
+        let text = take_utf8(&mut pending);
+        answer.extend(text.chars().filter(|c| !c.is_whitespace()));
+        // The lead has no stop string or tool call in it (JSON punctuation and key names).
+        let (emit, _) = gate.push(&text);
+        if !emit.is_empty() {
+            if let Some(tx) = deltas {
+                send_delta(tx, emit).map_err(|e| spent(e, tokens.len(), produced))?;
+            }
+        }
+    }
     // Drafting: only greedy decoding under a grammar, whose every token is the model's own
     // best, checks a draft by picking as usual from each drafted token's logits.
     let drafting = draft_tokens > 0 && matches!(picker, Picker::GreedyGrammar(_));
@@ -773,6 +830,10 @@ fn generate(
                         .filter(|&(word, least)| weighed.odds.get(word).is_some_and(|p| *p < least))
                         .and_then(|(word, _)| weighed.first_other_than(word));
                     odds.push(weighed.odds);
+                    if wanted.only {
+                        finish = FinishReason::Stop;
+                        break;
+                    }
                 }
             }
         }
@@ -881,6 +942,116 @@ fn generate(
         },
         finish,
     })
+}
+
+/// The text every answer to `schema` starts with, written compactly: an object's first
+/// property when it is required (the grammar keeps the schema's order of properties), then
+/// the start of its value, into objects, arrays that cannot be empty, and strings (and enums
+/// of strings) up to their opening quote; of `anyOf` branches, what all their starts share.
+/// It ends where the schema leaves the answer open (an optional first property, a number, a
+/// `$ref`...).
+fn lead_text(schema: &serde_json::Value) -> String {
+    lead_within(schema, 16)
+}
+
+/// [`lead_text`] at most `depth` levels down.
+fn lead_within(schema: &serde_json::Value, depth: usize) -> String {
+    let mut out = String::new();
+    let mut at = schema;
+    for _ in 0..depth {
+        if let Some(branches) = at.get("anyOf").and_then(serde_json::Value::as_array) {
+            let leads: Vec<Vec<char>> = branches
+                .iter()
+                .map(|b| lead_within(b, depth - 1).chars().collect())
+                .collect();
+            if let Some((first, rest)) = leads.split_first() {
+                let shared = rest.iter().fold(first.len(), |n, other| {
+                    first
+                        .iter()
+                        .zip(other)
+                        .take(n)
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                });
+                out.extend(&first[..shared]);
+            }
+            break;
+        }
+        if let Some(values) = at.get("enum").and_then(serde_json::Value::as_array) {
+            if !values.is_empty() && values.iter().all(serde_json::Value::is_string) {
+                out.push('"');
+            }
+            break;
+        }
+        match at.get("type").and_then(serde_json::Value::as_str) {
+            Some("object") => {
+                out.push('{');
+                let Some((name, inner)) = at
+                    .get("properties")
+                    .and_then(serde_json::Value::as_object)
+                    .and_then(|p| p.iter().next())
+                else {
+                    break;
+                };
+                let required = at
+                    .get("required")
+                    .and_then(serde_json::Value::as_array)
+                    .is_some_and(|r| r.iter().any(|n| n.as_str() == Some(name)));
+                if !required {
+                    break;
+                }
+                out.push_str(&serde_json::Value::from(name.as_str()).to_string());
+                out.push(':');
+                at = inner;
+            }
+            Some("array") => {
+                out.push('[');
+                let least = at.get("minItems").and_then(serde_json::Value::as_u64);
+                match at.get("items") {
+                    Some(items) if least.unwrap_or(0) > 0 => at = items,
+                    _ => break,
+                }
+            }
+            Some("string") => {
+                out.push('"');
+                break;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// [`lead_text`] of the generation's schema as tokens, accepted by the picker's grammar; none
+/// when the grammar would refuse one of them (checked on a grammar of its own first, as a
+/// refused token cannot be taken back), or when they would not leave room for the answer.
+fn lead_tokens(
+    model: &LlamaModel,
+    generation: &Generation,
+    schema: &serde_json::Value,
+    picker: &mut Picker,
+    room: usize,
+) -> Result<Vec<LlamaToken>, LlmError> {
+    let text = lead_text(schema);
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lead = model.vocab().tokenize(text.as_bytes(), false, false);
+    if lead.len() >= (generation.sampling.max_tokens as usize).min(room) {
+        return Ok(Vec::new());
+    }
+    let mut probe = Picker::new(model, generation)?;
+    for &token in &lead {
+        if !probe.allows(token) {
+            tracing::debug!(lead = %text, "the grammar refuses the answer's lead");
+            return Ok(Vec::new());
+        }
+        probe.accept(token);
+    }
+    for &token in &lead {
+        picker.accept(token);
+    }
+    Ok(lead)
 }
 
 /// What the model gives each of a few words at a point of its answer ([`Picker::weigh`]).
@@ -1016,8 +1187,19 @@ impl Picker {
         })
     }
 
+    /// Whether the grammar lets `token` come next (always, without one).
+    fn allows(&mut self, token: LlamaToken) -> bool {
+        let sampler = match self {
+            Picker::GreedyGrammar(grammar) => grammar,
+            Picker::Chain(chain) => chain,
+        };
+        let mut one = LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 0.0, 0.0)], false);
+        sampler.apply(&mut one);
+        one.data[0].logit().is_finite()
+    }
+
     /// `token`, written in place of the model's pick: accepted by the grammar. Only for a
-    /// token from [`Picker::weigh`], so only under a grammar with greedy decoding.
+    /// token the grammar allows ([`Picker::weigh`], [`Picker::allows`]).
     fn accept(&mut self, token: LlamaToken) -> LlamaToken {
         match self {
             Picker::GreedyGrammar(grammar) => grammar.accept(token),
@@ -1543,6 +1725,44 @@ mod tests {
         );
         assert_eq!(calls[0].arguments, serde_json::json!({"q": 1}));
         assert_eq!(split_tool_calls("plain").0, "plain");
+    }
+
+    #[test]
+    fn an_answer_starts_with_what_every_answer_to_its_schema_starts_with() {
+        use serde_json::json;
+        let intent = json!({"type": "object", "properties": {
+            "intents": {"type": "array", "minItems": 1, "items": {"type": "object",
+                "properties": {"intent": {"type": "string", "enum": ["a", "b"]},
+                    "confidence": {"type": "string"}},
+                "required": ["intent", "confidence"]}},
+            "reasoning": {"type": "string"}}, "required": ["intents", "reasoning"]});
+        assert_eq!(lead_text(&intent), r#"{"intents":[{"intent":""#);
+        // Branches that differ after the status's opening quote share only that much.
+        let branch = |status: &str| {
+            json!({"type": "object", "properties": {"status": {"enum": [status]},
+                "summary": {"type": "string"}}, "required": ["status", "summary"]})
+        };
+        let record = json!({"type": "object", "properties": {
+            "budget": {"anyOf": [branch("identified"), branch("partial")]}},
+            "required": ["budget"]});
+        assert_eq!(lead_text(&record), r#"{"budget":{"status":""#);
+        // Where the start is open, the lead stops before it.
+        let optional = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(lead_text(&optional), "{");
+        let maybe_empty = json!({"type": "array", "items": {"type": "string"}});
+        assert_eq!(lead_text(&maybe_empty), "[");
+        let number = json!({"type": "object", "properties": {"n": {"type": "number"}},
+            "required": ["n"]});
+        assert_eq!(lead_text(&number), r#"{"n":"#);
+        let apart = json!({"anyOf": [{"type": "string"}, {"type": "number"}]});
+        assert_eq!(lead_text(&apart), "");
+        assert_eq!(lead_text(&json!({"$ref": "#/$defs/x"})), "");
+        // A schema nested past any real one ends the lead; it does not recurse without end.
+        let mut deep = json!({"type": "string"});
+        for _ in 0..100 {
+            deep = json!({"anyOf": [deep]});
+        }
+        assert_eq!(lead_text(&deep), "");
     }
 
     #[test]

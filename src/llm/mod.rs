@@ -140,6 +140,9 @@ pub struct Odds {
     /// A word (its index in `words`) the model may pick there only when it gives it at least
     /// this probability; below, the likeliest of the other words is written instead.
     pub floor: Option<(usize, f32)>,
+    /// The answer ends at the first point weighed: for a caller that needs only the odds
+    /// there (a model that gives no odds answers in full).
+    pub only: bool,
 }
 
 /// Token counts of a generation.
@@ -282,6 +285,8 @@ pub fn build_provider(
                     prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
                     flash_attention: llm.flash_attention,
                     micro_batch: llm.micro_batch,
+                    key_cache: llm.key_cache,
+                    repack_weights: llm.repack_weights,
                     draft_tokens: llm.draft_tokens,
                 },
             )?;

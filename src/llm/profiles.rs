@@ -441,12 +441,14 @@ async fn generate_fitted(
                     after: INTENT_AT.to_owned(),
                     words: intent_labels().to_vec(),
                     floor: None,
+                    only: false,
                 }
             } else {
                 Odds {
                     after: STATUS_AT.to_owned(),
                     words: STATUSES.iter().map(|s| s.to_string()).collect(),
                     floor: Some((STATUSES.len() - 1, NOT_FOUND_SURE)),
+                    only: false,
                 }
             }),
         };

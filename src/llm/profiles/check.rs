@@ -258,6 +258,8 @@ async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage),
                     after: TOPIC_AT.to_owned(),
                     words: TOPICS.iter().map(|s| s.to_string()).collect(),
                     floor: None,
+                    // The topic is read from the odds: nothing after them is needed.
+                    only: true,
                 }),
             },
             None,
