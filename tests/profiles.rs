@@ -440,6 +440,13 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
             whole.odds
         );
     }
+    // A stop string within that start ends the answer there, as one written would.
+    let mut stopping = ask(None);
+    stopping.sampling.stop = vec!["status".into()];
+    let stopped = llm.generate(stopping, None).await.unwrap();
+    assert_eq!(stopped.text, r#"{"budget":{""#);
+    assert_eq!(stopped.finish, callstream::llm::FinishReason::Stop);
+    assert_eq!(stopped.usage.completion_tokens, 0);
 }
 
 /// Prompt tokens the model evaluated for one analysis (the rest it reused), and the prompt's.

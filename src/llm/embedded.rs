@@ -785,18 +785,24 @@ fn generate(
     // asked for.
     let mut answer = String::new();
     let mut odds = Vec::new();
+    // A stop string within the answer's start (a client's schema and stop strings) ends the
+    // answer there, as one the model wrote would.
+    let mut stopped_in_lead = false;
     if !lead.is_empty() {
         for &token in &lead {
             pending.extend(vocab.token_to_piece(token, false, None));
         }
         let text = take_utf8(&mut pending);
         answer.extend(text.chars().filter(|c| !c.is_whitespace()));
-        // The lead has no stop string or tool call in it (JSON punctuation and key names).
-        let (emit, _) = gate.push(&text);
+        let (emit, stopped) = gate.push(&text);
         if !emit.is_empty() {
             if let Some(tx) = deltas {
                 send_delta(tx, emit).map_err(|e| spent(e, tokens.len(), produced))?;
             }
+        }
+        if stopped {
+            finish = FinishReason::Stop;
+            stopped_in_lead = true;
         }
     }
     // Drafting: only greedy decoding under a grammar, whose every token is the model's own
@@ -809,7 +815,7 @@ fn generate(
     let mut at = batch.n_tokens() - 1;
     let mut drafted: VecDeque<LlamaToken> = VecDeque::new();
     let (mut checked, mut confirmed, mut evaluations) = (0usize, 0usize, 0usize);
-    while produced < max_new {
+    while !stopped_in_lead && produced < max_new {
         if abandoned() {
             return Err(spent(
                 LlmError::Cancelled {
