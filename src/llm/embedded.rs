@@ -447,6 +447,26 @@ const DELTA_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Hands a delta to its reader, waiting at most [`DELTA_WAIT`] for room; a reader that has
 /// gone or stalls cancels the generation.
+/// Text of the answer, past the gate: added to `answer` (white space aside) when odds are
+/// taken, and streamed as far as the gate lets it. Whether a stop string ended the answer.
+fn shown(
+    text: &str,
+    answer: Option<&mut String>,
+    gate: &mut StreamGate,
+    deltas: Option<&tokio::sync::mpsc::Sender<String>>,
+) -> Result<bool, LlmError> {
+    if let Some(answer) = answer {
+        answer.extend(text.chars().filter(|c| !c.is_whitespace()));
+    }
+    let (emit, stopped) = gate.push(text);
+    if !emit.is_empty() {
+        if let Some(tx) = deltas {
+            send_delta(tx, emit)?;
+        }
+    }
+    Ok(stopped)
+}
+
 fn send_delta(tx: &tokio::sync::mpsc::Sender<String>, text: String) -> Result<(), LlmError> {
     send_within(tx, text, DELTA_WAIT)
 }
@@ -788,19 +808,15 @@ fn generate(
     // A stop string within the answer's start (a client's schema and stop strings) ends the
     // answer there, as one the model wrote would.
     let mut stopped_in_lead = false;
+    let weighed = generation.odds.is_some();
     if !lead.is_empty() {
         for &token in &lead {
             pending.extend(vocab.token_to_piece(token, false, None));
         }
         let text = take_utf8(&mut pending);
-        answer.extend(text.chars().filter(|c| !c.is_whitespace()));
-        let (emit, stopped) = gate.push(&text);
-        if !emit.is_empty() {
-            if let Some(tx) = deltas {
-                send_delta(tx, emit).map_err(|e| spent(e, tokens.len(), produced))?;
-            }
-        }
-        if stopped {
+        if shown(&text, weighed.then_some(&mut answer), &mut gate, deltas)
+            .map_err(|e| spent(e, tokens.len(), produced))?
+        {
             finish = FinishReason::Stop;
             stopped_in_lead = true;
         }
@@ -854,16 +870,9 @@ fn generate(
         produced += 1;
         pending.extend(vocab.token_to_piece(token, false, None));
         let text = take_utf8(&mut pending);
-        if generation.odds.is_some() {
-            answer.extend(text.chars().filter(|c| !c.is_whitespace()));
-        }
-        let (emit, stopped) = gate.push(&text);
-        if !emit.is_empty() {
-            if let Some(tx) = deltas {
-                send_delta(tx, emit).map_err(|e| spent(e, tokens.len(), produced))?;
-            }
-        }
-        if stopped {
+        if shown(&text, weighed.then_some(&mut answer), &mut gate, deltas)
+            .map_err(|e| spent(e, tokens.len(), produced))?
+        {
             finish = FinishReason::Stop;
             break;
         }
