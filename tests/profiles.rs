@@ -8,8 +8,8 @@ use callstream::llm::embedded::{EmbeddedConfig, EmbeddedLlm};
 use std::sync::Arc;
 
 use callstream::llm::profiles::{
-    analyse, analyse_checked, intent_labels, Layout, LlmIntent, ProfileKind, FILE_LAYOUT,
-    LIVE_LAYOUT,
+    analyse, analyse_checked, intent_labels, Confidence, Layout, LlmIntent, ProfileKind,
+    FILE_LAYOUT, LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
 use callstream_actors::call::IntentClassifier;
@@ -73,7 +73,7 @@ async fn analyses_on_the_embedded_model() {
     the_cpu_backend_is_built_for_what_this_cpu_has();
     // The warm-ups evaluate the live intent prompt, the files prompt and the evidence check's
     // prompt before any request.
-    let warm_ups = callstream::llm::profiles::warm_ups();
+    let warm_ups = callstream::llm::profiles::warm_ups(Confidence::of(llm.as_ref()));
     let count = warm_ups.len() as u64;
     for messages in warm_ups {
         llm.warm(messages);

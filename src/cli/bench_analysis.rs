@@ -14,8 +14,8 @@ use anyhow::Context;
 use callstream::config::{Config, LlmProviderKind};
 use callstream::files::seller_label;
 use callstream::llm::profiles::{
-    analyse_checked, messages, warm_ups, Analysis, Checked, Layout, ProfileKind, FILE_LAYOUT,
-    LIVE_LAYOUT,
+    analyse_checked, messages, warm_ups, Analysis, Checked, Confidence, Layout, ProfileKind,
+    FILE_LAYOUT, LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
 use callstream::llm::{Generation, Message, Sampling};
@@ -389,7 +389,7 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
 
 /// Evaluates each of the prompts the service readies at start ([`warm_ups`]), as requests.
 async fn ready(provider: &dyn Provider) -> anyhow::Result<()> {
-    for messages in warm_ups() {
+    for messages in warm_ups(Confidence::of(provider)) {
         evaluate(provider, messages).await?;
     }
     Ok(())
@@ -723,7 +723,12 @@ fn speed(
             let (_, before) = upto(greeting, at as f64 - LAG_S);
             evaluate(
                 provider,
-                messages(ProfileKind::Intent, LIVE_LAYOUT, &before),
+                messages(
+                    ProfileKind::Intent,
+                    LIVE_LAYOUT,
+                    Confidence::of(provider),
+                    &before,
+                ),
             )
             .await?;
             run(provider, ProfileKind::Intent, LIVE_LAYOUT, other, None).await?;

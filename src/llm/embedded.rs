@@ -262,6 +262,10 @@ impl Provider for EmbeddedLlm {
         true
     }
 
+    fn gives_odds(&self) -> bool {
+        true
+    }
+
     fn prefill(&self, messages: Vec<Message>) {
         self.warm(messages);
     }

@@ -292,7 +292,7 @@ pub fn build_provider(
             )?;
             // Analyses start with the same instructions (one prompt for a live call's intent,
             // one for a file's analyses): evaluate them now.
-            for messages in profiles::warm_ups() {
+            for messages in profiles::warm_ups(profiles::Confidence::of(&model)) {
                 model.warm(messages);
             }
             std::sync::Arc::new(model)
@@ -327,6 +327,13 @@ pub trait Provider: Send + Sync {
     /// size (a grammar on the embedded model), so a schema may list every quote the answer
     /// may give. An upstream server may refuse or cut large schemas.
     fn keeps_to_any_schema(&self) -> bool {
+        false
+    }
+
+    /// The model tells how likely it found the words at the points [`Generation::odds`]
+    /// marks ([`Completion::odds`]), so an analysis weighs its record's confidence from them
+    /// instead of asking the model to write it (the embedded model).
+    fn gives_odds(&self) -> bool {
         false
     }
 

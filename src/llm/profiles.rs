@@ -43,7 +43,7 @@ pub enum ProfileKind {
 #[derive(Debug)]
 pub struct Profile {
     /// System prompt.
-    pub prompt: &'static str,
+    pub prompt: String,
     /// JSON schema of the output, keys in the order the model should write them.
     pub schema: Value,
     /// Worked examples, shown to the model as earlier turns of the conversation: a transcript
@@ -62,7 +62,7 @@ pub struct Example {
 
 fn load(prompt: &'static str, schema: &'static str, examples: &'static str) -> Profile {
     Profile {
-        prompt,
+        prompt: prompt.to_owned(),
         schema: serde_json::from_str(schema)
             .expect("the profile schemas are valid JSON (checked by a test)"),
         examples: serde_json::from_str(examples)
@@ -97,6 +97,96 @@ pub fn profile(kind: ProfileKind) -> &'static Profile {
                 include_str!("profiles/neat_p.examples.json"),
             )
         }),
+    }
+}
+
+/// Where the confidence of a record's fields comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confidence {
+    /// The model writes it, as its instructions and worked examples show (a model that tells
+    /// no odds: an upstream one).
+    Written,
+    /// A BANT or NEAT-P field's confidence is the probability the model gave its status where
+    /// it wrote it ([`weigh_statuses`]), so the model is neither asked for one nor shown one in
+    /// the worked examples: about 60 tokens fewer to write per file (the embedded model). An
+    /// intent's level is weighed as well ([`weigh_intents`]), and still written by the model
+    /// (a few tokens, in the prompt of every live `analyze`, whose wording stays as measured).
+    Weighed,
+}
+
+impl Confidence {
+    /// Where `provider`'s records get their confidence.
+    pub fn of(provider: &dyn Provider) -> Self {
+        if provider.gives_odds() {
+            Confidence::Weighed
+        } else {
+            Confidence::Written
+        }
+    }
+}
+
+/// The profile of `kind` as the model is shown it when its records' `confidence` comes from
+/// `confidence`: for [`Confidence::Weighed`], BANT and NEAT-P without the field's
+/// `confidence` in the instructions, the schema and the worked examples.
+pub fn profile_for(kind: ProfileKind, confidence: Confidence) -> &'static Profile {
+    static BANT: OnceLock<Profile> = OnceLock::new();
+    static NEAT_P: OnceLock<Profile> = OnceLock::new();
+    match (kind, confidence) {
+        (ProfileKind::Intent, _) | (_, Confidence::Written) => profile(kind),
+        (ProfileKind::Bant, Confidence::Weighed) => {
+            BANT.get_or_init(|| without_confidence(profile(kind)))
+        }
+        (ProfileKind::NeatP, Confidence::Weighed) => {
+            NEAT_P.get_or_init(|| without_confidence(profile(kind)))
+        }
+    }
+}
+
+/// The line of a BANT or NEAT-P prompt that asks for each field's confidence.
+const CONFIDENCE_LINE: &str = "- confidence:";
+
+/// `profile` (BANT or NEAT-P) without its fields' `confidence`: not asked for in the prompt
+/// (the line starting [`CONFIDENCE_LINE`]), not in the schema, not in the examples' answers.
+fn without_confidence(profile: &Profile) -> Profile {
+    let prompt = profile
+        .prompt
+        .lines()
+        .filter(|line| !line.starts_with(CONFIDENCE_LINE))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut schema = profile.schema.clone();
+    if let Some(fields) = schema["properties"].as_object_mut() {
+        for field in fields.values_mut() {
+            if let Some(properties) = field["properties"].as_object_mut() {
+                properties.remove("confidence");
+            }
+            if let Some(required) = field["required"].as_array_mut() {
+                required.retain(|name| name != "confidence");
+            }
+        }
+    }
+    let examples = profile
+        .examples
+        .iter()
+        .map(|example| {
+            let mut answer = example.answer.clone();
+            if let Some(fields) = answer.as_object_mut() {
+                for field in fields.values_mut() {
+                    if let Some(field) = field.as_object_mut() {
+                        field.remove("confidence");
+                    }
+                }
+            }
+            Example {
+                transcript: example.transcript.clone(),
+                answer,
+            }
+        })
+        .collect();
+    Profile {
+        prompt: prompt + "\n",
+        schema,
+        examples,
     }
 }
 
@@ -185,17 +275,9 @@ pub async fn analyse_checked(
             checked: Checked::default(),
         });
     }
-    let mut completion = generate_fitted(provider, kind, layout, transcript, seller, None).await?;
+    let mut completion = generate_fitted(provider, kind, layout, transcript, seller).await?;
     let mut value = parse_answer(kind, &completion)?;
     tracing::debug!(?kind, answer = %completion.text.trim(), odds = ?completion.odds, "analysis answered");
-    if kind == ProfileKind::Intent && unsure_of_no_fit(&value, &completion.odds) {
-        let spent = completion.usage;
-        completion =
-            generate_fitted(provider, kind, layout, transcript, seller, Some(NO_FIT)).await?;
-        completion.usage += spent;
-        value = parse_answer(kind, &completion)?;
-        tracing::debug!(answer = %completion.text.trim(), "intent answered again, without `other`");
-    }
     let (quotes, checked) = if kind == ProfileKind::Intent {
         weigh_intents(&mut value, &completion.odds);
         Default::default()
@@ -244,24 +326,13 @@ fn parse_answer(kind: ProfileKind, completion: &super::Completion) -> Result<Val
 /// The intent label for a contact none of the others fits.
 const NO_FIT: &str = "other";
 
-/// Least probability at which the model's main intent may be [`NO_FIT`]. The model also
-/// picks `other` when it cannot tell which label fits (a prospect it is unsure is a customer,
-/// a transcript with misheard words), and then with a probability that says so: on the
-/// labelled set, the calls that are `other` got 0.50 to 0.82, the ones it put there wrongly
-/// 0.20 to 0.39 (see the README's Measured).
+/// Least probability at which the model may write [`NO_FIT`] as an intent; below, it writes
+/// the likeliest of the other labels there (the floor of the intent point's odds). The model
+/// also picks `other` when it cannot tell which label fits (a prospect it is unsure is a
+/// customer, a transcript with misheard words), and then with a probability that says so: on
+/// the labelled set, the calls that are `other` got 0.50 to 0.82, the ones it put there
+/// wrongly 0.20 to 0.39 (see the README's Measured).
 const NO_FIT_SURE: f32 = 0.4;
-
-/// Whether the intent record's main intent is [`NO_FIT`] with a probability, as the model
-/// gave it at the first intent (`odds`, empty when the provider does not tell), below
-/// [`NO_FIT_SURE`]: the model is then asked again, without that label.
-fn unsure_of_no_fit(record: &Value, odds: &[Vec<f32>]) -> bool {
-    let main = record["intents"][0]["intent"].as_str();
-    let at = intent_labels().iter().position(|l| l == NO_FIT);
-    match (main, odds.first(), at) {
-        (Some(NO_FIT), Some(first), Some(at)) => first.get(at).is_some_and(|p| *p < NO_FIT_SURE),
-        _ => false,
-    }
-}
 
 /// Least probability of an intent said to be `high` confidence, and of one said to be
 /// `medium` (below, `low`). On the labelled set, transcribed, the main intents the model gave
@@ -271,10 +342,14 @@ const INTENT_SURE: [f32; 2] = [0.8, 0.5];
 
 /// Sets each intent's `confidence` from the probability the model gave its label where it
 /// wrote it (`odds`, one point per intent, in order): `high`, `medium` or `low` by
-/// [`INTENT_SURE`]. The confidence the model writes itself copies its worked examples. Left
-/// as it is when the odds do not fit the record (an upstream model gives none).
+/// [`INTENT_SURE`]. The confidence the model writes itself copies its worked examples. Where
+/// the model would have written [`NO_FIT`] (the likeliest word there) but was held below
+/// [`NO_FIT_SURE`], the label written instead is weighed among the labels other than
+/// `other`, as the choice it was. Left as it is when the odds do not fit the record (an
+/// upstream model gives none).
 fn weigh_intents(record: &mut Value, odds: &[Vec<f32>]) {
     let labels = intent_labels();
+    let no_fit = labels.iter().position(|l| l == NO_FIT);
     let Some(intents) = record["intents"].as_array_mut() else {
         return;
     };
@@ -288,25 +363,20 @@ fn weigh_intents(record: &mut Value, odds: &[Vec<f32>]) {
         else {
             continue;
         };
-        let level = match p[at] {
+        let mut p_at = p[at];
+        if let Some(no_fit) = no_fit.filter(|&i| i != at) {
+            let held_back = p[no_fit] < NO_FIT_SURE && p.iter().all(|other| *other <= p[no_fit]);
+            if held_back {
+                p_at /= 1.0 - p[no_fit];
+            }
+        }
+        let level = match p_at {
             p if p >= INTENT_SURE[0] => "high",
             p if p >= INTENT_SURE[1] => "medium",
             _ => "low",
         };
         intent["confidence"] = Value::from(level);
     }
-}
-
-/// The intent schema without `label` among the intents.
-fn intent_schema_without(label: &str) -> Value {
-    let mut schema = profile(ProfileKind::Intent).schema.clone();
-    if let Some(labels) = schema
-        .pointer_mut("/properties/intents/items/properties/intent/enum")
-        .and_then(Value::as_array_mut)
-    {
-        labels.retain(|l| l != label);
-    }
-    schema
 }
 
 /// Where the model is about to write an intent in an intent answer.
@@ -406,41 +476,43 @@ const FIT_ATTEMPTS: usize = 4;
 /// Asks the model for analysis `kind` of `transcript`. A transcript too long for the model's
 /// window, with room for the answer, is shortened from its middle (the opening, where callers
 /// say why they call, and the end, where they agree on next steps, are kept) until it fits.
-/// An intent answer may not use the label `without`, if given.
 async fn generate_fitted(
     provider: &dyn Provider,
     kind: ProfileKind,
     layout: Layout,
     transcript: &str,
     seller: Option<&str>,
-    without: Option<&str>,
 ) -> Result<super::Completion, LlmError> {
+    let confidence = Confidence::of(provider);
+    let shown = profile_for(kind, confidence);
     let mut fitted = std::borrow::Cow::Borrowed(transcript);
     let mut attempts = 0;
     loop {
         let generation = Generation {
-            messages: messages(kind, layout, &fitted),
+            messages: messages(kind, layout, confidence, &fitted),
             tools: Vec::new(),
             sampling: Sampling {
                 max_tokens: ANSWER_TOKENS,
                 temperature: 0.0,
                 ..Sampling::default()
             },
-            json_schema: Some(match (kind, without) {
-                (ProfileKind::Intent, Some(label)) => intent_schema_without(label),
-                (ProfileKind::Intent, None) => profile(kind).schema.clone(),
+            json_schema: Some(match kind {
+                ProfileKind::Intent => shown.schema.clone(),
                 _ if provider.keeps_to_any_schema() => {
                     let (buyer, said) = quotable(&fitted, seller);
-                    quoting(&profile(kind).schema, &buyer, &said)
+                    quoting(&shown.schema, &buyer, &said)
                 }
-                _ => profile(kind).schema.clone(),
+                _ => shown.schema.clone(),
             }),
             response_format: None,
             odds: Some(if kind == ProfileKind::Intent {
                 Odds {
                     after: INTENT_AT.to_owned(),
                     words: intent_labels().to_vec(),
-                    floor: None,
+                    floor: intent_labels()
+                        .iter()
+                        .position(|l| l == NO_FIT)
+                        .map(|at| (at, NO_FIT_SURE)),
                     only: false,
                 }
             } else {
@@ -723,9 +795,14 @@ impl ProfileKind {
 }
 
 /// The system prompt of [`Layout::Shared`]: every profile's instructions under its task name.
-fn shared_instructions() -> &'static str {
-    static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| {
+fn shared_instructions(confidence: Confidence) -> &'static str {
+    static WRITTEN: OnceLock<String> = OnceLock::new();
+    static WEIGHED: OnceLock<String> = OnceLock::new();
+    let text = match confidence {
+        Confidence::Written => &WRITTEN,
+        Confidence::Weighed => &WEIGHED,
+    };
+    text.get_or_init(|| {
         let mut text = String::from(
             "You analyse contact-center call and chat transcripts. Each user message is a \
              transcript followed by one task: intent, bant or neat_p. Do that task alone, as its \
@@ -735,7 +812,7 @@ fn shared_instructions() -> &'static str {
             text.push_str("\n\n# Task: ");
             text.push_str(kind.task());
             text.push_str("\n\n");
-            text.push_str(profile(kind).prompt.trim_end());
+            text.push_str(profile_for(kind, confidence).prompt.trim_end());
         }
         text
     })
@@ -753,12 +830,18 @@ fn shared_request(kind: ProfileKind, transcript: &str) -> String {
 /// The conversation that asks for analysis `kind` of `transcript`. The worked examples come
 /// between the instructions and the transcript, as earlier turns: with
 /// [`Layout::InstructionsFirst`] everything before the transcript is the same for every
-/// request of the profile, with [`Layout::Shared`] for every request of any profile.
-pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Message> {
-    let profile = profile(kind);
+/// request of the profile, with [`Layout::Shared`] for every request of any profile. The
+/// instructions and examples are those of `confidence` ([`profile_for`]).
+pub fn messages(
+    kind: ProfileKind,
+    layout: Layout,
+    confidence: Confidence,
+    transcript: &str,
+) -> Vec<Message> {
+    let profile = profile_for(kind, confidence);
     match layout {
         Layout::InstructionsFirst => {
-            let mut messages = vec![Message::new(Role::System, profile.prompt)];
+            let mut messages = vec![Message::new(Role::System, profile.prompt.as_str())];
             for example in &profile.examples {
                 messages.push(Message::new(
                     Role::User,
@@ -773,9 +856,9 @@ pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Mess
             messages
         }
         Layout::Shared => {
-            let mut messages = vec![Message::new(Role::System, shared_instructions())];
+            let mut messages = vec![Message::new(Role::System, shared_instructions(confidence))];
             for shown in ProfileKind::ALL {
-                for example in &self::profile(shown).examples {
+                for example in &profile_for(shown, confidence).examples {
                     messages.push(Message::new(
                         Role::User,
                         shared_request(shown, &example.transcript),
@@ -791,11 +874,12 @@ pub fn messages(kind: ProfileKind, layout: Layout, transcript: &str) -> Vec<Mess
 
 /// The starts that analyses share, for warming a model up: the live intent prompt up to the
 /// transcript, the file analyses' prompt up to the transcript, and the check of BANT and
-/// NEAT-P findings up to its question.
-pub fn warm_ups() -> [Vec<Message>; 3] {
+/// NEAT-P findings up to its question, for a model whose records get their confidence from
+/// `confidence`.
+pub fn warm_ups(confidence: Confidence) -> [Vec<Message>; 3] {
     [
-        messages(ProfileKind::Intent, LIVE_LAYOUT, ""),
-        messages(ProfileKind::Intent, FILE_LAYOUT, ""),
+        messages(ProfileKind::Intent, LIVE_LAYOUT, confidence, ""),
+        messages(ProfileKind::Intent, FILE_LAYOUT, confidence, ""),
         check::instructions(),
     ]
 }
@@ -1086,22 +1170,34 @@ pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str
 /// examples show (0.9 identified, 0.6 partial); this one says how sure it was. A field whose
 /// status the evidence checks stepped down (quotes not said, or about something else) gets the
 /// probability of the status it ended with.
-/// Left as it is when the counts differ (an upstream model, a status written otherwise).
+/// Left as it is when the counts differ (an upstream model, a status written otherwise). A
+/// field that has no confidence then (one the model was not asked to write,
+/// [`Confidence::Weighed`], and whose status was not weighed) gets 0: nothing says how sure
+/// the model was of it.
 fn weigh_statuses(record: &mut Value, odds: &[Vec<f32>]) {
     let Some(fields) = record.as_object_mut() else {
         return;
     };
-    if odds.len() != fields.len() || odds.iter().any(|p| p.len() != STATUSES.len()) {
-        return;
-    }
-    for (field, p) in fields.values_mut().zip(odds) {
+    let fits = odds.len() == fields.len() && odds.iter().all(|p| p.len() == STATUSES.len());
+    for (i, field) in fields.values_mut().enumerate() {
         let Some(f) = field.as_object_mut() else {
             continue;
         };
         let status = f.get("status").and_then(Value::as_str).unwrap_or_default();
-        if let Some(i) = STATUSES.iter().position(|s| *s == status) {
-            let sure = (f64::from(p[i]).clamp(0.0, 1.0) * 100.0).round() / 100.0;
-            f.insert("confidence".into(), Value::from(sure));
+        let weighed = STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .filter(|_| fits)
+            .map(|at| (f64::from(odds[i][at]).clamp(0.0, 1.0) * 100.0).round() / 100.0);
+        match weighed {
+            Some(sure) => {
+                f.insert("confidence".into(), Value::from(sure));
+            }
+            None if !f.contains_key("confidence") => {
+                tracing::warn!(status, "a field's status was not weighed: confidence 0");
+                f.insert("confidence".into(), Value::from(0.0));
+            }
+            None => {}
         }
     }
 }
@@ -1138,8 +1234,12 @@ impl IntentClassifier for LlmIntent {
     /// The call's intent prompt so far, for the model to evaluate while it is idle: the next
     /// `classify` of this call then evaluates only what was said since.
     fn prefill(&self, transcript: String) {
-        self.provider
-            .prefill(messages(ProfileKind::Intent, LIVE_LAYOUT, &transcript));
+        self.provider.prefill(messages(
+            ProfileKind::Intent,
+            LIVE_LAYOUT,
+            Confidence::of(self.provider.as_ref()),
+            &transcript,
+        ));
     }
 }
 
@@ -1216,19 +1316,20 @@ mod tests {
         }
     }
 
-    /// Odds at the first intent: `p` for `other`, the rest on `billing_inquiry`.
-    fn other_at(p: f32) -> Vec<Vec<f32>> {
+    /// Odds at the first intent: `given` label by label, none for the rest.
+    fn first_intent(given: &[(&str, f32)]) -> Vec<Vec<f32>> {
         let labels = intent_labels();
         let mut first = vec![0.0; labels.len()];
-        first[labels.iter().position(|l| l == NO_FIT).unwrap()] = p;
-        first[labels.iter().position(|l| l == "billing_inquiry").unwrap()] = 1.0 - p;
+        for (label, p) in given {
+            first[labels.iter().position(|l| l == label).unwrap()] = *p;
+        }
         vec![first]
     }
 
     const OTHER: &str =
         r#"{"intents":[{"intent":"other","confidence":"low"}],"reasoning":"unclear"}"#;
     const BILLING: &str =
-        r#"{"intents":[{"intent":"billing_inquiry","confidence":"medium"}],"reasoning":"a fee"}"#;
+        r#"{"intents":[{"intent":"billing_inquiry","confidence":"high"}],"reasoning":"a fee"}"#;
 
     /// The intent record `model` gives for `transcript`, as a file's analysis asks for it.
     async fn intent_of(model: &Scripted, transcript: &str) -> (Value, Usage) {
@@ -1238,47 +1339,59 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn other_stands_only_when_the_model_is_sure_of_it() {
+    async fn other_is_written_only_when_the_model_is_sure_of_it() {
         let transcript = "Customer: There is a fee on my statement.\n";
-        // Unsure of `other`: asked again, without it, and the second answer stands.
-        let model = Scripted::new(vec![(OTHER, other_at(0.3)), (BILLING, other_at(0.0))]);
+        let no_fit = intent_labels().iter().position(|l| l == NO_FIT).unwrap();
+        // The model is asked once, with a floor on `other` at each intent it writes.
+        let model = Scripted::new(vec![(
+            BILLING,
+            first_intent(&[
+                (NO_FIT, 0.38),
+                ("billing_inquiry", 0.36),
+                ("complaint", 0.26),
+            ]),
+        )]);
         let (record, usage) = intent_of(&model, transcript).await;
-        assert_eq!(record["intents"][0]["intent"], "billing_inquiry");
-        assert_eq!(usage.total_tokens, 220, "both answers are counted");
         let asked = std::mem::take(&mut *model.asked.lock().unwrap());
-        assert_eq!(asked.len(), 2);
-        let labels = |g: &Generation| -> Vec<Value> {
-            g.json_schema.as_ref().unwrap()["properties"]["intents"]["items"]["properties"]
-                ["intent"]["enum"]
-                .as_array()
-                .unwrap()
-                .clone()
-        };
-        assert!(labels(&asked[0]).contains(&Value::from(NO_FIT)));
-        assert!(!labels(&asked[1]).contains(&Value::from(NO_FIT)));
-        assert_eq!(labels(&asked[1]).len(), intent_labels().len() - 1);
-        assert_eq!(
-            asked[0].messages, asked[1].messages,
-            "the same prompt, kept evaluated"
-        );
-        assert_eq!(asked[0].odds.as_ref().unwrap().after, INTENT_AT);
+        assert_eq!(asked.len(), 1);
+        assert_eq!(usage.total_tokens, 110);
+        let odds = asked[0].odds.as_ref().unwrap();
+        assert_eq!(odds.after, INTENT_AT);
+        assert_eq!(odds.words, intent_labels());
+        assert_eq!(odds.floor, Some((no_fit, NO_FIT_SURE)));
+        assert!(!odds.only);
+        // `other` was the likeliest but held back: the label written in its place is weighed
+        // among the rest (0.36 of 0.62, medium), not against `other` too (0.36, low).
+        assert_eq!(record["intents"][0]["intent"], "billing_inquiry");
+        assert_eq!(record["intents"][0]["confidence"], "medium");
+        assert_eq!(record["reasoning"], "a fee");
 
-        // Sure of it, or no odds told (an upstream model), or another label: asked once.
-        for (answer, odds) in [
-            (OTHER, other_at(NO_FIT_SURE + 0.1)),
-            (OTHER, Vec::new()),
-            (BILLING, other_at(0.1)),
-        ] {
-            let model = Scripted::new(vec![(answer, odds)]);
-            let (record, _) = intent_of(&model, transcript).await;
-            let given: Value = serde_json::from_str(answer).unwrap();
-            assert_eq!(
-                record["intents"][0]["intent"],
-                given["intents"][0]["intent"]
-            );
-            assert_eq!(record["reasoning"], given["reasoning"]);
-            assert_eq!(model.asked.lock().unwrap().len(), 1);
-        }
+        // The same label, the model's own pick with `other` behind it: weighed as given.
+        let model = Scripted::new(vec![(
+            BILLING,
+            first_intent(&[
+                ("billing_inquiry", 0.45),
+                (NO_FIT, 0.3),
+                ("complaint", 0.25),
+            ]),
+        )]);
+        let (record, _) = intent_of(&model, transcript).await;
+        assert_eq!(record["intents"][0]["confidence"], "low");
+
+        // `other` the model was sure of stands, weighed as given; so does the answer of a
+        // model that tells no odds (an upstream one), with its own confidence.
+        let model = Scripted::new(vec![(
+            OTHER,
+            first_intent(&[(NO_FIT, NO_FIT_SURE + 0.15), ("billing_inquiry", 0.45)]),
+        )]);
+        let (record, _) = intent_of(&model, transcript).await;
+        assert_eq!(record["intents"][0]["intent"], NO_FIT);
+        assert_eq!(record["intents"][0]["confidence"], "medium");
+        let model = Scripted::new(vec![(OTHER, Vec::new())]);
+        let (record, _) = intent_of(&model, transcript).await;
+        assert_eq!(record["intents"][0]["intent"], NO_FIT);
+        assert_eq!(record["intents"][0]["confidence"], "low");
+        assert_eq!(record["reasoning"], "unclear");
     }
 
     #[test]
@@ -1317,14 +1430,6 @@ mod tests {
             weigh_intents(&mut same, unfit);
             assert_eq!(same, record);
         }
-    }
-
-    #[test]
-    fn the_schema_without_other_still_makes_a_grammar() {
-        let schema = intent_schema_without(NO_FIT);
-        let grammar = llama_cpp_2::json_schema_to_grammar(&schema.to_string()).unwrap();
-        assert!(!grammar.contains(NO_FIT), "{grammar}");
-        assert!(grammar.contains("billing_inquiry"));
     }
 
     #[tokio::test]
@@ -1485,6 +1590,7 @@ mod tests {
         let m = messages(
             ProfileKind::Intent,
             Layout::InstructionsFirst,
+            Confidence::Written,
             "Customer: hi",
         );
         let examples = profile(ProfileKind::Intent).examples.len();
@@ -1500,27 +1606,44 @@ mod tests {
         let other = messages(
             ProfileKind::Intent,
             Layout::InstructionsFirst,
+            Confidence::Written,
             "Agent: hello",
         );
         assert_eq!(m[..m.len() - 1], other[..other.len() - 1]);
+        // The intent profile is shown the same whoever weighs its confidence.
+        let weighed = messages(
+            ProfileKind::Intent,
+            Layout::InstructionsFirst,
+            Confidence::Weighed,
+            "Customer: hi",
+        );
+        assert_eq!(weighed, m);
     }
 
     #[test]
     fn the_shared_layout_differs_only_in_its_last_words() {
+        for confidence in [Confidence::Written, Confidence::Weighed] {
+            the_shared_layout_differs_only_in_its_last_words_for(confidence);
+        }
+    }
+
+    fn the_shared_layout_differs_only_in_its_last_words_for(confidence: Confidence) {
         let transcript = "Customer: I want to cancel.\nAgent: Sorry to hear that.\n";
         let prompts: Vec<Vec<Message>> = ProfileKind::ALL
             .iter()
-            .map(|&kind| messages(kind, Layout::Shared, transcript))
+            .map(|&kind| messages(kind, Layout::Shared, confidence, transcript))
             .collect();
         let examples: usize = ProfileKind::ALL
             .iter()
-            .map(|&k| profile(k).examples.len())
+            .map(|&k| profile_for(k, confidence).examples.len())
             .sum();
         for (kind, m) in ProfileKind::ALL.iter().zip(&prompts) {
             assert_eq!(m.len(), 2 + 2 * examples);
             // Every profile's instructions, each under its task's name.
             for shown in ProfileKind::ALL {
-                assert!(m[0].content.contains(profile(shown).prompt.trim_end()));
+                assert!(m[0]
+                    .content
+                    .contains(profile_for(shown, confidence).prompt.trim_end()));
                 assert!(m[0]
                     .content
                     .contains(&format!("# Task: {}\n", shown.task())));
@@ -1537,7 +1660,12 @@ mod tests {
         }
         // All but the last message are the same for the three tasks and for any transcript;
         // the last ones differ only after "Task: ".
-        let other = messages(ProfileKind::Bant, Layout::Shared, "Agent: hello");
+        let other = messages(
+            ProfileKind::Bant,
+            Layout::Shared,
+            confidence,
+            "Agent: hello",
+        );
         for m in &prompts {
             assert_eq!(m[..m.len() - 1], prompts[0][..m.len() - 1]);
             assert_eq!(m[..m.len() - 1], other[..other.len() - 1]);
@@ -1549,9 +1677,81 @@ mod tests {
             assert!(shared >= a.rfind("Task: ").unwrap() + "Task: ".len());
         }
         // Each example is asked with its own task and answered in that task's shape.
-        let bant = &prompts[0][2 * profile(ProfileKind::Intent).examples.len() + 1..];
+        let bant =
+            &prompts[0][2 * profile_for(ProfileKind::Intent, confidence).examples.len() + 1..];
         assert!(bant[0].content.ends_with("Task: bant"));
         assert!(bant[1].content.starts_with("{\"budget\""));
+    }
+
+    #[test]
+    fn a_model_that_gives_odds_is_not_asked_for_the_confidence_they_give() {
+        for kind in [ProfileKind::Bant, ProfileKind::NeatP] {
+            let (written, weighed) = (profile(kind), profile_for(kind, Confidence::Weighed));
+            assert!(written.prompt.contains(CONFIDENCE_LINE));
+            assert!(!weighed.prompt.contains("confidence"), "{}", weighed.prompt);
+            // Only that line is gone.
+            let kept: Vec<&str> = written
+                .prompt
+                .lines()
+                .filter(|l| !l.starts_with(CONFIDENCE_LINE))
+                .collect();
+            assert_eq!(weighed.prompt.lines().collect::<Vec<_>>(), kept);
+            assert!(!weighed.schema.to_string().contains("confidence"));
+            assert_eq!(
+                weighed.schema["properties"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .collect::<Vec<_>>(),
+                written.schema["properties"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .collect::<Vec<_>>()
+            );
+            let fields = |schema: &Value| -> Vec<Vec<String>> {
+                schema["properties"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|f| {
+                        f["properties"]
+                            .as_object()
+                            .unwrap()
+                            .keys()
+                            .cloned()
+                            .collect()
+                    })
+                    .collect()
+            };
+            for (w, g) in fields(&written.schema).iter().zip(fields(&weighed.schema)) {
+                let without: Vec<&String> = w.iter().filter(|n| *n != "confidence").collect();
+                assert_eq!(g.iter().collect::<Vec<_>>(), without);
+            }
+            assert!(llama_cpp_2::json_schema_to_grammar(&weighed.schema.to_string()).is_ok());
+            // The examples: the same calls, answered the same but for the confidence.
+            assert_eq!(weighed.examples.len(), written.examples.len());
+            for (w, g) in written.examples.iter().zip(&weighed.examples) {
+                assert_eq!(w.transcript, g.transcript);
+                assert!(!g.answer.to_string().contains("confidence"));
+                let mut stripped = w.answer.clone();
+                for field in stripped.as_object_mut().unwrap().values_mut() {
+                    field.as_object_mut().unwrap().remove("confidence");
+                }
+                assert_eq!(g.answer, stripped);
+                let errors = schema_errors(&weighed.schema, &g.answer, &format!("{kind:?}"));
+                assert!(errors.is_empty(), "{errors:#?}");
+            }
+            // The intent profile, and every profile for a model that tells no odds, as written.
+            assert!(std::ptr::eq(
+                profile_for(kind, Confidence::Written),
+                written
+            ));
+        }
+        assert!(std::ptr::eq(
+            profile_for(ProfileKind::Intent, Confidence::Weighed),
+            profile(ProfileKind::Intent)
+        ));
     }
 
     #[test]
@@ -1940,6 +2140,20 @@ mod tests {
             let mut same = record.clone();
             weigh_statuses(&mut same, unfit);
             assert_eq!(same, record);
+        }
+        // A record written without confidence (the model was not asked for it) gets the
+        // odds', and 0 where there are none to weigh.
+        let mut unasked = record.clone();
+        for field in unasked.as_object_mut().unwrap().values_mut() {
+            field.as_object_mut().unwrap().remove("confidence");
+        }
+        let mut weighed = unasked.clone();
+        weigh_statuses(&mut weighed, &odds);
+        assert_eq!(weighed["budget"]["confidence"], 0.7);
+        assert_eq!(weighed["timeline"]["confidence"], 0.3);
+        weigh_statuses(&mut unasked, &odds[..2]);
+        for field in unasked.as_object().unwrap().values() {
+            assert_eq!(field["confidence"], 0.0);
         }
     }
 }
