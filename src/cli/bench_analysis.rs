@@ -564,7 +564,12 @@ fn quality(
             .filter(|(k, _)| *k == kind)
             .map(|(_, s)| *s)
             .collect();
-        t.iter().sum::<f64>() / t.len().max(1) as f64
+        // "-" for an analysis not run (an empty sum is -0.0).
+        if t.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("{:.1}", t.iter().sum::<f64>() / t.len() as f64)
+        }
     };
     println!(
         "intent top-1          {intent_right}/{} ({:.1}%)",
@@ -621,7 +626,7 @@ fn quality(
         pct(verbatim, given)
     );
     println!(
-        "mean seconds          intent {:.1}, BANT {:.1}, NEAT-P {:.1}; transcription {:.1} per call",
+        "mean seconds          intent {}, BANT {}, NEAT-P {}; transcription {:.1} per call",
         mean(ProfileKind::Intent),
         mean(ProfileKind::Bant),
         mean(ProfileKind::NeatP),
