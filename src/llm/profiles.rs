@@ -109,8 +109,8 @@ pub enum Confidence {
     /// A BANT or NEAT-P field's confidence is the probability the model gave its status where
     /// it wrote it ([`weigh_statuses`]), so the model is neither asked for one nor shown one in
     /// the worked examples: about 60 tokens fewer to write per file (the embedded model). An
-    /// intent's level is weighed as well ([`weigh_intents`]), and still written by the model
-    /// (a few tokens, in the prompt of every live `analyze`, whose wording stays as measured).
+    /// intent's level is weighed as well ([`weigh_intents`]), but the model still writes one
+    /// (a few tokens): the intent profile is shown as it was measured, on live calls too.
     Weighed,
 }
 
