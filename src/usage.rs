@@ -241,7 +241,10 @@ impl Quotas {
             return Ok(Allowance::Unlimited);
         };
         // The ledger first: work settled between the two reads is then missed, never counted
-        // twice, so this answer errs towards letting work try; its reservation decides.
+        // twice, so this answer errs towards letting work try; its reservation decides. The
+        // reservations are read once settlements in flight have given theirs back (on one
+        // instance by waiting for them, in a database by their one transaction), so work
+        // already in the ledger is not also seen still reserved.
         let used = self.used(org_id, kind, &clock::month_of(at_ms))?;
         let reserved = self.shared.reserved(org_id, kind)?;
         Ok(Allowance::Remaining(

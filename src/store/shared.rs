@@ -113,7 +113,9 @@ pub trait SharedState: Send + Sync {
         used: &dyn Fn() -> Result<u64, StoreError>,
     ) -> Result<Option<u64>, StoreError>;
 
-    /// What every instance holds reserved of `org_id`'s `kind` pool.
+    /// What every instance holds reserved of `org_id`'s `kind` pool, as it stands once the
+    /// settlements in flight have given theirs back: a quota check that reads the ledger
+    /// first never sees work both there and still reserved.
     fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError>;
 
     /// Gives back `amount` of this instance's reservations of the pool.
@@ -311,6 +313,12 @@ impl SharedState for Local {
     }
 
     fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
+        // Alone on the pool, as `reserve` is: a settlement in flight (its usage already
+        // readable in the ledger, its reservation not yet given back) is waited for, so a
+        // quota check that read the ledger first never counts that work twice.
+        let _alone = self.pools[self.pool_lock(org_id, kind)]
+            .write()
+            .expect("pool lock is never poisoned: no panics inside");
         Ok(self
             .reserved()
             .get(&(org_id.to_owned(), kind))

@@ -749,6 +749,66 @@ fn settling_is_one_step_to_a_reservation(b: &dyn Backend) {
     assert_eq!(other.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
 }
 
+/// A ledger that says when a write is in, then takes a while to return, as a flush does.
+struct FlushingLedger {
+    store: Arc<dyn Store>,
+    written: std::sync::mpsc::SyncSender<()>,
+}
+
+impl UsageSink for FlushingLedger {
+    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+        self.store.record(event)?;
+        let _ = self.written.send(());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        Ok(())
+    }
+
+    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        self.store.checkpoint(totals)
+    }
+}
+
+/// A quota check reads the ledger, then what is held reserved (`Quotas::allowance_for`). On the
+/// embedded store a settlement's usage is readable in the ledger before its write returns and
+/// its reservation is given back; the check waits for that settlement, so it never sees the
+/// work twice, which would refuse work that fits (three 20 s files against a minute got two
+/// answers and four 402s). A database settles in one transaction: both or neither are seen.
+#[test]
+fn a_quota_check_never_sees_settling_work_twice() {
+    let b = Sled::new();
+    let store = b.open();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let ledger = FlushingLedger {
+        store: store.clone(),
+        written: tx,
+    };
+    let (shared, _) = b.shared_pair();
+    let pool = november(UsageKind::AudioMs, 60_000);
+    let used = || used_in_november(store.as_ref(), UsageKind::AudioMs);
+    assert_eq!(
+        shared.reserve(pool, 20_000, 20_000, &used).unwrap(),
+        Some(20_000)
+    );
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let usage = event("org_a", BEFORE_MIDNIGHT, UsageKind::AudioMs, 20_000);
+            shared
+                .settle(
+                    &ledger,
+                    super::shared::Write::Event(&usage),
+                    &[("org_a", UsageKind::AudioMs, 20_000)],
+                )
+                .unwrap();
+        });
+        // The usage is in the ledger; the settlement has not returned.
+        rx.recv().unwrap();
+        let in_ledger = used().unwrap();
+        assert_eq!(in_ledger, 20_000);
+        let held = shared.reserved("org_a", UsageKind::AudioMs).unwrap();
+        assert_eq!(in_ledger + held, 20_000, "the settling work was seen twice");
+    });
+}
+
 /// A write that fails gives nothing back: the reservation stays held until its owner drops it.
 fn a_failed_settlement_gives_nothing_back(b: &dyn Backend) {
     let store = b.open();
