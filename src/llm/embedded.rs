@@ -449,8 +449,6 @@ fn worker(
 /// generation up: the model is shared, and a client that stopped reading must not hold it.
 const DELTA_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Hands a delta to its reader, waiting at most [`DELTA_WAIT`] for room; a reader that has
-/// gone or stalls cancels the generation.
 /// Text of the answer, past the gate: added to `answer` (white space aside) when odds are
 /// taken, and streamed as far as the gate lets it. Whether a stop string ended the answer.
 fn shown(
@@ -471,6 +469,8 @@ fn shown(
     Ok(stopped)
 }
 
+/// Hands a delta to its reader, waiting at most [`DELTA_WAIT`] for room; a reader that has
+/// gone or stalls cancels the generation.
 fn send_delta(tx: &tokio::sync::mpsc::Sender<String>, text: String) -> Result<(), LlmError> {
     send_within(tx, text, DELTA_WAIT)
 }
