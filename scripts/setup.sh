@@ -48,6 +48,8 @@ fi
 command -v cargo >/dev/null || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
 
 python3 scripts/models.py --set "$model_set"
+# Intel's prebuilt oneDNN for CTranslate2 (actors/onednn finds it there at build time).
+python3 scripts/onednn.py
 
 # The test suite talks to the service with real client libraries, kept out of the system Python
 # in ~/.cache/callstream/pydeps: an independent RFC 9421 signer (http-message-signatures) for the

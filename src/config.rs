@@ -13,13 +13,8 @@ pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
 /// Prefix of environment variables that override configuration values.
 pub const ENV_PREFIX: &str = "CALLSTREAM_";
 
-/// Environment variables with the prefix that are not configuration paths (the others are
-/// read by our code in llama.cpp's CPU modules: the AMX attention kernel and the softmax).
-const ENV_NOT_PATHS: &[&str] = &[
-    "CALLSTREAM_CONFIG",
-    "CALLSTREAM_AMX_ATTENTION",
-    "CALLSTREAM_SOFTMAX_LANES",
-];
+/// Environment variables with the prefix that are not configuration paths.
+const ENV_NOT_PATHS: &[&str] = &["CALLSTREAM_CONFIG"];
 
 /// Path of the live-call endpoint; the same for every organisation.
 pub const CALLSTREAM_WS_PATH: &str = "/api/callstream/ws";
@@ -169,8 +164,7 @@ pub struct LlmConfig {
     /// Prompt tokens the embedded model evaluates in one pass (llama.cpp's `n_ubatch`).
     #[serde(default = "default_micro_batch")]
     pub micro_batch: u32,
-    /// How the embedded model stores the attention keys of evaluated tokens; absent, chosen
-    /// by the CPU (f16 with AMX, else q8_0).
+    /// How the embedded model stores the attention keys of evaluated tokens; absent, q8_0.
     #[serde(default)]
     pub key_cache: Option<KeyCache>,
     /// Whether llama.cpp lays the weights out again for its CPU kernels at load.
@@ -708,9 +702,6 @@ mod tests {
                 ("CALLSTREAM_STORAGE__SECRET_KEY", "123"),
                 ("CALLSTREAM_PLANS__GOLD__RPM", "9"),
                 ("CALLSTREAM_CONFIG", "/not/a/path"),
-                // Read by our code in llama.cpp's CPU modules, not keys.
-                ("CALLSTREAM_AMX_ATTENTION", "off"),
-                ("CALLSTREAM_SOFTMAX_LANES", "off"),
                 ("OTHER", "x"),
             ]),
         )

@@ -37,7 +37,7 @@ fn model() -> EmbeddedLlm {
             micro_batch: 128,
             // Drafting on whatever the CPU: the analyses below check its answers too.
             draft_tokens: Some(8),
-            // The keys as the CPU decides (q8_0, or f16 with AMX), as the service runs.
+            // The keys as the service keeps them by default (q8_0).
             key_cache: None,
             repack_weights: true,
         },

@@ -82,9 +82,7 @@ pub struct EmbeddedConfig {
     /// The type of the attention keys kept per evaluated token. With `q8_0` the scores
     /// (keys x queries) are 8-bit integer products, which CPUs with VNNI do several times
     /// faster than llama.cpp's f16 products in f32; the values stay f16 (llama.cpp quantizes
-    /// them only under flash attention). `None`: f16 where the CPU module loaded has AMX,
-    /// whose attention products (`scripts/cmake/amx-attention.cpp`) take f16 keys, and q8_0
-    /// elsewhere (README, Measured).
+    /// them only under flash attention). `None`: q8_0.
     pub key_cache: Option<crate::config::KeyCache>,
     /// llama.cpp's repacking of weights into interleaved rows at load (its `CPU_REPACK`
     /// buffers); off, the weights stay as in the file and batches go to llama.cpp's tiled
@@ -332,11 +330,7 @@ fn worker(
         let draft = config
             .draft_tokens
             .unwrap_or(if amx { AMX_DRAFT_TOKENS } else { 0 });
-        let keys = config.key_cache.unwrap_or(if amx {
-            crate::config::KeyCache::F16
-        } else {
-            crate::config::KeyCache::Q8_0
-        });
+        let keys = config.key_cache.unwrap_or(crate::config::KeyCache::Q8_0);
         tracing::debug!(
             draft,
             ?keys,

@@ -1,0 +1,158 @@
+//! The README's commands from a new checkout on a machine that has never built callstream: every
+//! script creates what it writes to, and reaches cargo with the arguments it should.
+//!
+//! The checkout is the repository's tracked files as they are in the working tree (what a clone
+//! of this commit holds), in a temporary directory. `cargo` is a stand-in on `PATH` that records
+//! its arguments, so the C++ engines are not built again; everything else the scripts call
+//! (setup's package and model checks, oneDNN's install) runs for real, with the models this
+//! machine already has linked in, and `CARGO_TARGET_DIR` names a directory that does not exist.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A new checkout: the tracked files only, no target directory, the models linked in.
+fn checkout(into: &Path) -> PathBuf {
+    let repo = into.join("callstream");
+    let listed = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "git ls-files failed");
+    for name in listed.stdout.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = std::str::from_utf8(name).unwrap();
+        let from = root().join(name);
+        // A tracked file deleted in the working tree is not in the checkout either.
+        let Ok(meta) = std::fs::symlink_metadata(&from) else {
+            continue;
+        };
+        let to = repo.join(name);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&from).unwrap(), &to).unwrap();
+        } else {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+    std::os::unix::fs::symlink(root().join("models"), repo.join("models")).unwrap();
+    repo
+}
+
+/// A `cargo` that writes its arguments, a line per call, to `log`, and for `build` leaves a
+/// `callstream` program in the target directory that writes its own arguments there too.
+fn fake_cargo(bin: &Path, log: &Path) {
+    std::fs::create_dir_all(bin).unwrap();
+    let script = format!(
+        r#"#!/bin/sh
+echo "cargo $*" >> '{log}'
+test -d "$CARGO_TARGET_DIR" || {{ echo "cargo: target directory $CARGO_TARGET_DIR is missing" >&2; exit 1; }}
+if [ "$1" = build ]; then
+    mkdir -p "$CARGO_TARGET_DIR/release"
+    printf '#!/bin/sh\necho "callstream $*" >> %s\n' "'{log}'" > "$CARGO_TARGET_DIR/release/callstream"
+    chmod +x "$CARGO_TARGET_DIR/release/callstream"
+fi
+"#,
+        log = log.display()
+    );
+    let path = bin.join("cargo");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn run(repo: &Path, script: &str, bin: &Path, target: &Path) -> std::process::Output {
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    Command::new("bash")
+        .arg(repo.join(script))
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", target)
+        // As on a machine where no wrapper is set yet.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CLIPPY_ARGS")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_test_command_reaches_cargo_test_from_a_new_checkout() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = checkout(dir.path());
+    let log = dir.path().join("cargo.log");
+    let bin = dir.path().join("bin");
+    fake_cargo(&bin, &log);
+    let target = dir.path().join("no/such/target");
+    let out = run(&repo, "scripts/test.sh", &bin, &target);
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "scripts/test.sh failed: {}\n{}\ncargo was called as:\n{calls}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = calls.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("cargo fmt --all -- --check"),
+        "{calls}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some("cargo test --release --workspace --all-targets"),
+        "{calls}"
+    );
+    assert!(target.is_dir());
+}
+
+#[test]
+fn the_serve_command_builds_then_starts_the_binary_from_a_new_checkout() {
+    // scripts/serve.sh is setup.sh (default models, which the test machine need not have), then
+    // build.sh, then the binary; the part after setup runs here.
+    let dir = tempfile::tempdir().unwrap();
+    let repo = checkout(dir.path());
+    let log = dir.path().join("cargo.log");
+    let bin = dir.path().join("bin");
+    fake_cargo(&bin, &log);
+    let target = dir.path().join("no/such/target");
+    let out = run(&repo, "scripts/build.sh", &bin, &target);
+    assert!(
+        out.status.success(),
+        "scripts/build.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let started = Command::new("bash")
+        .arg(repo.join("scripts/callstream"))
+        .args(["serve", "--config", "x.toml"])
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    assert!(started.status.success());
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        calls,
+        "cargo build --release --workspace --all-targets\ncallstream serve --config x.toml\n"
+    );
+}
+
+#[test]
+fn serve_sh_is_setup_then_build_then_the_binary() {
+    let text = std::fs::read_to_string(root().join("scripts/serve.sh")).unwrap();
+    let commands: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter(|l| !l.starts_with("set ") && !l.starts_with("cd "))
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "scripts/setup.sh",
+            "scripts/build.sh",
+            "exec scripts/callstream serve \"$@\""
+        ]
+    );
+}
