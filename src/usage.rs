@@ -109,7 +109,7 @@ impl Drop for Reservation {
 }
 
 /// One pool of an organisation in one month.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PoolReport {
     /// Used so far, in the pool's unit.
     pub used: u64,
@@ -120,7 +120,7 @@ pub struct PoolReport {
 }
 
 /// Usage of an organisation in one calendar month.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UsageReport {
     /// The organisation.
     pub org_id: String,
@@ -137,7 +137,7 @@ pub struct UsageReport {
 }
 
 /// The audio pool, in seconds and minutes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PoolReportSeconds {
     /// Seconds used.
     pub used: f64,

@@ -507,3 +507,64 @@ async fn an_installation_moves_from_sled_to_postgres() {
     assert!(log.disconnect.is_none(), "{log:?}");
     assert!((on_pg.audio_used(&org) - 1.0).abs() < 1e-9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reaches_the_running_server_or_refuses_naming_both_stores() {
+    let fake = FakeUpstream::start().await;
+    let url = testpg::Cluster::shared().fresh_database();
+    let key = base64::engine::general_purpose::STANDARD.encode([5u8; 32]);
+    let mut vars = fake.env();
+    vars.extend([
+        ("CALLSTREAM_STORAGE__BACKEND", "postgres".to_owned()),
+        ("CALLSTREAM_STORAGE__POSTGRES_URL", url.clone()),
+        ("CALLSTREAM_STORAGE__SECRET_KEY", key),
+        ("CALLSTREAM_ASR__WORKERS", "1".to_owned()),
+    ]);
+    let env = Env::with(vars);
+    let server = env.serve();
+
+    // Run without the server's storage settings: sled, in the same data directory. Refused,
+    // naming both stores, and no sled database appears beside the server's socket.
+    let mut on_sled = Env {
+        dir: tempfile::tempdir().unwrap(),
+        vars: env.vars.clone(),
+    };
+    on_sled.vars.retain(|(k, _)| {
+        k == "CALLSTREAM_STORAGE__DATA_DIR" || !k.starts_with("CALLSTREAM_STORAGE__")
+    });
+    let refused = on_sled.cli(&["org", "create", "Lost"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        said.contains("postgres at 127.0.0.1") && said.contains("sled in"),
+        "{said}"
+    );
+    assert!(!said.contains("password"), "{said}");
+    assert!(!env
+        .data_dir()
+        .join(callstream::store::sled::DB_DIR)
+        .exists());
+
+    // Another PostgreSQL database than the server's: refused the same way.
+    let other = testpg::Cluster::shared().fresh_database();
+    let mut elsewhere = Env {
+        dir: tempfile::tempdir().unwrap(),
+        vars: env.vars.clone(),
+    };
+    elsewhere.set("CALLSTREAM_STORAGE__POSTGRES_URL", &other);
+    let refused = elsewhere.cli(&["org", "list"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("keeps its data in postgres"));
+
+    // With the server's settings the CLI goes through its socket, and what it creates works
+    // on the server.
+    let org = env.cli_json(&["org", "create", "Found"]);
+    let created = env.cli_json(&["key", "create", org["id"].as_str().unwrap()]);
+    let account = reqwest::Client::new()
+        .get(server.url("/api/account"))
+        .header("X-API-Key", created["secret"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(account.status(), 200);
+}

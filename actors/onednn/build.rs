@@ -30,6 +30,9 @@ fn main() {
         println!("cargo::rerun-if-changed={}", needed.display());
     }
     println!("cargo::rustc-link-search=native={}", lib.display());
+    // ct2rs's build script leaves linking the library to this package, as the crate it stands
+    // in for does (that one links a static build).
+    println!("cargo::rustc-link-lib=dylib=dnnl");
     println!("cargo::metadata=ROOT={}", root.display());
     println!("cargo::metadata=INCLUDE_PATH={}", include.display());
     println!("cargo::metadata=LIBRARY_PATH={}", lib.display());

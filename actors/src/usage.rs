@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// What a usage amount counts, and so which quota pool it draws from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum UsageKind {
     /// LLM tokens (prompt + completion), the chat pool.

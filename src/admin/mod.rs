@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::keys;
 use crate::clock;
-use crate::config::Config;
+use crate::config::{Config, StorageBackend};
 use crate::store::{new_id, ApiKey, Connector, Org, SharedState, Store, StoreError};
 use crate::usage::{Quotas, UsageReport};
 
@@ -101,6 +101,8 @@ pub enum AdminRequest {
         /// Organisation id.
         org: String,
     },
+    /// Which store the server keeps its data in.
+    Server,
 }
 
 impl std::fmt::Debug for AdminRequest {
@@ -154,6 +156,7 @@ impl std::fmt::Debug for AdminRequest {
                 .field("email", email)
                 .finish_non_exhaustive(),
             R::Usage { org } => f.debug_struct("Usage").field("org", org).finish(),
+            R::Server => f.write_str("Server"),
         }
     }
 }
@@ -262,6 +265,13 @@ pub enum AdminResponse {
         email: String,
         /// Organisation id.
         org_id: String,
+    },
+    /// The store a server keeps its data in.
+    Server {
+        /// `storage.backend`.
+        backend: StorageBackend,
+        /// [`crate::config::StorageConfig::location`].
+        location: String,
     },
 }
 
@@ -536,6 +546,10 @@ impl Admin {
                     revoked
                 })))
             }
+            AdminRequest::Server => Ok(AdminResponse::Server {
+                backend: self.config.storage.backend,
+                location: self.config.storage.location(),
+            }),
             AdminRequest::Usage { org } => {
                 let org = self.org(&org, false)?;
                 let report: UsageReport =
@@ -562,9 +576,41 @@ pub enum AdminClient {
 }
 
 impl AdminClient {
-    /// Opens the data directory of `config`, or finds the server that holds it.
+    /// Finds the server whose admin socket is in the data directory of `config`, or, with no
+    /// server there, opens the configured store. A server that keeps its data in another
+    /// store than `config` names is refused, naming both: what the CLI wrote would be where
+    /// that server never looks.
     pub fn connect(config: Arc<Config>) -> Result<Self, AdminError> {
         let data_dir = config.storage.data_dir.clone();
+        let path = socket::socket_path(&data_dir);
+        if path.exists() {
+            match socket::call(&path, &AdminRequest::Server) {
+                Ok(AdminResponse::Server { backend, location }) => {
+                    let same = backend == config.storage.backend
+                        && (backend == StorageBackend::Sled
+                            || location == config.storage.location());
+                    if !same {
+                        return Err(AdminError::Invalid(format!(
+                            "the server on {} keeps its data in {location}, but this command is \
+                             configured for {}; run it with the server's storage settings (its \
+                             config file or CALLSTREAM_STORAGE__* variables)",
+                            path.display(),
+                            config.storage.location()
+                        )));
+                    }
+                    return Ok(AdminClient::Socket(path));
+                }
+                Ok(_) => {
+                    return Err(AdminError::Transport(format!(
+                        "the server on {} gave an unexpected answer",
+                        path.display()
+                    )))
+                }
+                // Nobody listens: a socket file left by a server that is gone.
+                Err(AdminError::Transport(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
         match crate::store::open(&config.storage) {
             Ok(opened) => Ok(AdminClient::Direct(Admin::new(
                 config,

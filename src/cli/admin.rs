@@ -48,6 +48,9 @@ pub fn print_text(response: &AdminResponse) {
         AdminResponse::User { email, org_id } => {
             println!("dashboard user {email} of {org_id}: sign in at /dashboard");
         }
+        AdminResponse::Server { location, .. } => {
+            println!("the server keeps its data in {location}")
+        }
         AdminResponse::Usage(report) => {
             println!(
                 "organisation {}  plan {}  month {}",

@@ -28,6 +28,10 @@ pub enum BenchCommand {
         /// Batch sizes to try, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,4")]
         batch: Vec<usize>,
+        /// Also append the table to this Markdown file (docs/benchmarks.md), headed by the
+        /// command, the date and the CPU.
+        #[arg(long)]
+        record: Option<PathBuf>,
     },
     /// File transcription: CPU and wall time of a long recording with packed encoder windows
     /// and with one window per utterance, and (with --faster-whisper) of faster-whisper on the
@@ -102,6 +106,10 @@ pub enum BenchCommand {
         /// generation runs on a context of that length.
         #[arg(long, default_value_t = 0)]
         context: usize,
+        /// Also append the table to this Markdown file (docs/benchmarks.md), headed by the
+        /// command, the date and the CPU.
+        #[arg(long)]
+        record: Option<PathBuf>,
     },
     /// Intent, BANT and NEAT-P analyses with the configured model: intent top-1, status
     /// accuracy and verbatim evidence on a labelled set of calls, then the time of the three
@@ -158,13 +166,18 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             fixtures,
             workers,
             batch,
-        } => asr(config, &fixtures, &workers, &batch),
+            record,
+        } => asr(config, &fixtures, &workers, &batch)?.record(record.as_deref()),
         BenchCommand::Gateway {
             requests,
             concurrency,
             token_quota,
         } => gateway(config, requests, concurrency, token_quota),
-        BenchCommand::Llm { runs, context } => llm(config, runs, context),
+        BenchCommand::Llm {
+            runs,
+            context,
+            record,
+        } => llm(config, runs, context)?.record(record.as_deref()),
         BenchCommand::Analysis {
             set,
             text,
@@ -220,7 +233,12 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
-fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> anyhow::Result<()> {
+fn asr(
+    config: &Config,
+    dir: &PathBuf,
+    workers: &[usize],
+    batches: &[usize],
+) -> anyhow::Result<Table> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -249,15 +267,17 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
         .iter()
         .map(|u| u.len() as f64 / OUTPUT_RATE as f64)
         .sum();
-    println!(
-        "{} utterances, {:.1} s of audio, model {}, beam {}, window >= {} ms, one CPU thread per worker",
-        utterances.len(),
-        audio_secs,
-        config.models.whisper.display(),
-        config.asr.beam_size,
-        config.asr.min_window_ms,
+    let mut table = Table::new(
+        format!(
+            "{} utterances, {:.1} s of audio, model {}, beam {}, window >= {} ms, one CPU thread per worker",
+            utterances.len(),
+            audio_secs,
+            config.models.whisper.display(),
+            config.asr.beam_size,
+            config.asr.min_window_ms,
+        ),
+        &["workers", "batch", "wall s", "CPU s", "utterances/s", "RTF (wall/audio)", "batches", "WER"],
     );
-    println!("workers  batch  wall s  CPU s  utterances/s  RTF (wall/audio)  batches  WER");
     for &w in workers {
         for &b in batches {
             let pool = callstream::speech::start_pool(
@@ -306,15 +326,19 @@ fn asr(config: &Config, dir: &PathBuf, workers: &[usize], batches: &[usize]) -> 
             } else {
                 "-".to_owned()
             };
-            println!(
-                "{w:>7}  {b:>5}  {wall:>6.1}  {cpu:>5.1}  {:>12.2}  {:>16.3}  {:>7}  {wer}",
-                utterances.len() as f64 / wall,
-                wall / audio_secs,
-                snap.batches
-            );
+            table.row(vec![
+                w.to_string(),
+                b.to_string(),
+                format!("{wall:.1}"),
+                format!("{cpu:.1}"),
+                format!("{:.2}", utterances.len() as f64 / wall),
+                format!("{:.3}", wall / audio_secs),
+                snap.batches.to_string(),
+                wer,
+            ]);
         }
     }
-    Ok(())
+    Ok(table)
 }
 
 /// Words of a transcript, normalised as the word error rate compares them.
@@ -682,15 +706,17 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// `bench llm`: time to first delta and tokens per second of the configured provider.
-pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<()> {
+pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<Table> {
     use callstream::llm::{Generation, Message, Role, Sampling};
     let runtime = tokio::runtime::Runtime::new()?;
     let provider = callstream::llm::build_provider(config)?;
-    println!(
-        "{}: {runs} runs, 128 new tokens each, about {context} tokens of context",
-        provider.name()
+    let mut table = Table::new(
+        format!(
+            "{}: {runs} runs, 128 new tokens each, about {context} tokens of context",
+            provider.name()
+        ),
+        &["run", "prompt tok", "TTFD ms", "prompt tok/s", "gen tok/s"],
     );
-    println!("run  prompt tok  TTFD ms  prompt tok/s  gen tok/s");
     runtime.block_on(async {
         for run in 0..runs {
             let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(256);
@@ -735,16 +761,110 @@ pub fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Result<()> {
             let first = first.await?.unwrap_or(done);
             let ttfd = first.duration_since(started).as_secs_f64();
             let gen_secs = done.duration_since(first).as_secs_f64().max(1e-9);
-            println!(
-                "{run:>3}  {:>10}  {:>7.0}  {:>12.1}  {:>9.1}",
-                completion.usage.prompt_tokens,
-                ttfd * 1000.0,
-                completion.usage.prompt_tokens as f64 / ttfd,
-                completion.usage.completion_tokens.saturating_sub(1) as f64 / gen_secs
-            );
+            table.row(vec![
+                run.to_string(),
+                completion.usage.prompt_tokens.to_string(),
+                format!("{:.0}", ttfd * 1000.0),
+                format!("{:.1}", completion.usage.prompt_tokens as f64 / ttfd),
+                format!(
+                    "{:.1}",
+                    completion.usage.completion_tokens.saturating_sub(1) as f64 / gen_secs
+                ),
+            ]);
         }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(table)
+}
+
+/// A bench's results: printed as they come, and on request appended to a Markdown file with
+/// what produced them.
+pub struct Table {
+    title: String,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Prints `title` and the column names.
+    fn new(title: String, header: &[&str]) -> Self {
+        println!("{title}");
+        println!("{}", header.join("  "));
+        Self {
+            title,
+            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Prints a row, each cell under its column.
+    fn row(&mut self, cells: Vec<String>) {
+        let line: Vec<String> = cells
+            .iter()
+            .zip(&self.header)
+            .map(|(cell, head)| format!("{cell:>width$}", width = head.len()))
+            .collect();
+        println!("{}", line.join("  "));
+        self.rows.push(cells);
+    }
+
+    /// Appends the table to `path` under a heading with the command line, the date and the
+    /// CPU; nothing without a path.
+    fn record(self, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+        let Some(path) = path else {
+            return Ok(());
+        };
+        let command: Vec<String> = std::env::args().skip(1).collect();
+        let mut text = format!(
+            "\n### `callstream {}`\n\n{} ({}; {}).\n\n| {} |\n|{}\n",
+            command.join(" "),
+            self.title,
+            callstream::clock::rfc3339(callstream::clock::now_ms()),
+            cpu_description(),
+            self.header.join(" | "),
+            "---|".repeat(self.header.len()),
+        );
+        for row in &self.rows {
+            text.push_str(&format!("| {} |\n", row.join(" | ")));
+        }
+        use std::io::Write as _;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot append to {}", path.display()))?
+            .write_all(text.as_bytes())?;
+        println!("appended to {}", path.display());
         Ok(())
-    })
+    }
+}
+
+/// The CPU's model name, its core count and its widest vector and matrix instructions.
+fn cpu_description() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let flags = field("flags").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    let isa: Vec<&str> = [
+        ("avx2", "AVX2"),
+        ("avx512f", "AVX-512"),
+        ("avx512_vnni", "VNNI"),
+        ("amx_bf16", "AMX"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| has(flag))
+    .map(|(_, name)| name)
+    .collect();
+    format!(
+        "{}, {} cores, {}",
+        field("model name").unwrap_or_else(|| "unknown CPU".into()),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        isa.join(" ")
+    )
 }
 
 /// CPU time of this process so far (user + system), in seconds.

@@ -11,31 +11,45 @@ use crate::clock;
 use crate::config::Plan;
 use crate::http::errors::ApiError;
 
-#[derive(Serialize)]
-struct Account<'a> {
-    organisation: OrgInfo<'a>,
-    plan: PlanInfo<'a>,
-    key: KeyInfo<'a>,
+/// `GET /api/account`: who the key is.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Account {
+    /// The key's organisation.
+    pub organisation: OrgInfo,
+    /// Its plan.
+    pub plan: PlanInfo,
+    /// The key itself.
+    pub key: KeyInfo,
 }
 
-#[derive(Serialize)]
-struct OrgInfo<'a> {
-    id: &'a str,
-    name: &'a str,
+/// An organisation as its own keys see it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct OrgInfo {
+    /// `org_...`.
+    pub id: String,
+    /// Display name.
+    pub name: String,
 }
 
-#[derive(Serialize)]
-struct PlanInfo<'a> {
-    name: &'a str,
+/// A plan's name and terms.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PlanInfo {
+    /// Plan name.
+    pub name: String,
+    /// Its rate and quotas.
     #[serde(flatten)]
-    limits: &'a Plan,
+    pub limits: Plan,
 }
 
-#[derive(Serialize)]
-struct KeyInfo<'a> {
-    id: &'a str,
-    name: Option<&'a str>,
-    last4: &'a str,
+/// An API key as it is shown after creation: never its secret.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct KeyInfo {
+    /// Key id.
+    pub id: String,
+    /// Free text given at creation.
+    pub name: Option<String>,
+    /// The secret's last four characters.
+    pub last4: String,
 }
 
 /// `GET /api/account` and `GET /api/usage`.
@@ -46,17 +60,17 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .map(|caller: Caller| {
             warp::reply::json(&Account {
                 organisation: OrgInfo {
-                    id: &caller.org.id,
-                    name: &caller.org.name,
+                    id: caller.org.id,
+                    name: caller.org.name,
                 },
                 plan: PlanInfo {
-                    name: &caller.org.plan,
-                    limits: &caller.plan,
+                    name: caller.org.plan,
+                    limits: caller.plan,
                 },
                 key: KeyInfo {
-                    id: &caller.key.id,
-                    name: caller.key.name.as_deref(),
-                    last4: &caller.key.last4,
+                    id: caller.key.id,
+                    name: caller.key.name,
+                    last4: caller.key.last4,
                 },
             })
         });

@@ -405,27 +405,42 @@ fn parse_response_format(value: Option<&Value>) -> Result<Option<ResponseFormat>
     }
 }
 
-#[derive(Serialize)]
-struct Choice {
-    index: u32,
-    message: AssistantMessage,
-    finish_reason: FinishReason,
+/// One answer of a chat completion.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Choice {
+    /// Always 0: one answer per request.
+    pub index: u32,
+    /// The answer.
+    pub message: AssistantMessage,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
 }
 
-#[derive(Serialize)]
-struct AssistantMessage {
-    role: &'static str,
-    content: String,
+/// The assistant's message.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AssistantMessage {
+    /// `assistant`.
+    pub role: &'static str,
+    /// The answer's text (plain prose unless `return_markdown` or a `response_format`).
+    pub content: String,
 }
 
-#[derive(Serialize)]
-struct Response {
-    id: String,
-    object: &'static str,
-    created: i64,
-    model: String,
-    choices: Vec<Choice>,
-    usage: Option<Usage>,
+/// The body of a chat completion that is not streamed.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = ChatCompletion)]
+pub struct Response {
+    /// `chatcmpl-...`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: i64,
+    /// The model that answered.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<Choice>,
+    /// Tokens billed.
+    pub usage: Option<Usage>,
 }
 
 /// Reserves the worst case of `turn` (its prompt and `max_tokens`) against the caller's token

@@ -205,14 +205,14 @@ impl From<AuthError> for Rejection {
 }
 
 /// The JSON error body.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
 }
 
 /// Inside [`ErrorBody`].
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// Stable machine-readable code.
     pub code: &'static str,

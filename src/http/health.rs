@@ -8,6 +8,13 @@ use warp::{Filter, Rejection, Reply};
 
 use crate::app::App;
 
+/// The body of `GET /healthz` and `GET /readyz`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Status {
+    /// `ok` or `draining` (`/healthz`); `ready` or `draining` (`/readyz`).
+    pub status: &'static str,
+}
+
 /// `GET /healthz` answers 200 `{"status":"ok"}` (or `"draining"`) while the process serves;
 /// `GET /readyz` answers 200 `{"status":"ready"}`, or 503 `{"status":"draining"}`.
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
@@ -18,7 +25,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         } else {
             "ok"
         };
-        warp::reply::json(&serde_json::json!({ "status": status }))
+        warp::reply::json(&Status { status })
     });
     let readyz = warp::path!("readyz").and(warp::get()).map(move || {
         let (status, code) = if app.lifecycle.is_draining() {
@@ -26,10 +33,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         } else {
             ("ready", StatusCode::OK)
         };
-        warp::reply::with_status(
-            warp::reply::json(&serde_json::json!({ "status": status })),
-            code,
-        )
+        warp::reply::with_status(warp::reply::json(&Status { status }), code)
     });
     healthz.or(readyz)
 }

@@ -10,9 +10,11 @@ use callstream_actors::asr::Language;
 
 use crate::app::App;
 
-#[derive(Serialize)]
-struct Languages<'a> {
-    languages: &'a [Language],
+/// `GET /api/languages`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Languages {
+    /// Every language of the loaded speech model.
+    pub languages: Vec<Language>,
 }
 
 /// `GET /api/languages`.
@@ -21,7 +23,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::get())
         .map(move || {
             warp::reply::json(&Languages {
-                languages: &app.languages,
+                languages: app.languages.to_vec(),
             })
         })
 }

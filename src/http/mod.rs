@@ -10,6 +10,7 @@ pub mod filters;
 pub mod health;
 pub mod languages;
 pub mod metrics;
+pub mod openapi;
 pub mod realtime;
 pub mod transcribe;
 
@@ -30,6 +31,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Infallib
 pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
     health::routes(app.clone())
         .or(metrics::routes(app.clone()))
+        .or(openapi::routes(app.clone()))
         .or(callstream::routes(app.clone()))
         .or(crate::dashboard::routes(app.clone()))
         .or(languages::routes(app.clone()))

@@ -69,7 +69,7 @@ pub struct EmbeddedConfig {
     /// Memory the snapshots may take, bytes.
     pub prefix_cache_bytes: usize,
     /// llama.cpp's fused attention kernel; off, attention runs as separate matrix products,
-    /// which on two AVX2 cores generates about 25% faster (README, Measured).
+    /// which on two AVX2 cores generates about 25% faster (docs/benchmarks.md).
     pub flash_attention: bool,
     /// Prompt tokens evaluated in one pass (llama.cpp's `n_ubatch`, at most [`PROMPT_CHUNK`]):
     /// attention's score matrices grow with it, the passes over the weights shrink.
@@ -77,7 +77,7 @@ pub struct EmbeddedConfig {
     /// Most tokens drafted ahead of a structured answer (see [`draft`]) and checked in one
     /// batch with the token they follow; 0 drafts none. `None`: [`AMX_DRAFT_TOKENS`] where the
     /// CPU module loaded has AMX, where checking several tokens costs about what one does,
-    /// and none elsewhere, where each costs nearly a token's own evaluation (README, Measured).
+    /// and none elsewhere, where each costs nearly a token's own evaluation (docs/benchmarks.md).
     pub draft_tokens: Option<u32>,
     /// The type of the attention keys kept per evaluated token. With `q8_0` the scores
     /// (keys x queries) are 8-bit integer products, which CPUs with VNNI do several times

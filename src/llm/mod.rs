@@ -146,7 +146,7 @@ pub struct Odds {
 }
 
 /// Token counts of a generation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
     /// Tokens of the prompt.
     pub prompt_tokens: u64,
@@ -165,7 +165,7 @@ impl std::ops::AddAssign for Usage {
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model ended its answer, or a stop string was met.

@@ -331,13 +331,13 @@ const NO_FIT: &str = "other";
 /// also picks `other` when it cannot tell which label fits (a prospect it is unsure is a
 /// customer, a transcript with misheard words), and then with a probability that says so: on
 /// the labelled set, the calls that are `other` got 0.50 to 0.82, the ones it put there
-/// wrongly 0.20 to 0.39 (see the README's Measured).
+/// wrongly 0.20 to 0.39 (docs/benchmarks.md).
 const NO_FIT_SURE: f32 = 0.4;
 
 /// Least probability of an intent said to be `high` confidence, and of one said to be
 /// `medium` (below, `low`). On the labelled set, transcribed, the main intents the model gave
 /// at 0.8 or more were all right, those at 0.5 to 0.8 11 in 12, those below 0.5 8 in 15 (see
-/// the README's Measured).
+/// docs/benchmarks.md).
 const INTENT_SURE: [f32; 2] = [0.8, 0.5];
 
 /// Sets each intent's `confidence` from the probability the model gave its label where it
@@ -398,7 +398,7 @@ const STATUS_AT: &str = "\"status\":\"";
 /// [`check::check_findings`]). Reading a whole call, the model called fields the buyer spoke
 /// of `not_found` at 0.52 to 0.90 ("I make all the purchasing decisions myself": 0.80), as
 /// sure as it was of fields nobody spoke of (0.46 to 0.97), so its status alone cannot tell
-/// them apart; a quote sorted by topic on its own can (see the README's Measured).
+/// them apart; a quote sorted by topic on its own can (docs/benchmarks.md).
 const NOT_FOUND_SURE: f32 = 0.95;
 
 /// For each field of a BANT or NEAT-P answer, given the status odds where it was written,

@@ -208,7 +208,7 @@ pub struct DashboardUser {
 }
 
 /// Usage of one kind by one organisation on one UTC day.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DayUsage {
     /// `YYYY-MM-DD`.
     pub day: String,

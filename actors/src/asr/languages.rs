@@ -15,6 +15,7 @@ const MULTILINGUAL_VOCAB_SIZE: usize = 51_865;
 
 /// One language the speech model accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Language {
     /// The model's code, as in Whisper's language tokens (`en`, `de`, `yue`...).
     pub code: String,

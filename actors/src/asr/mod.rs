@@ -15,6 +15,7 @@ pub use languages::{model_languages, Language, ModelError};
 
 /// One recognised word with its timing.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Word {
     /// The word as written, with its leading space removed.
     pub text: String,

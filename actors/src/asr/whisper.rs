@@ -29,7 +29,7 @@ use crate::audio::mel::{LogMel, HOP, N_FRAMES, N_MELS, SAMPLE_RATE};
 /// Step in which a window longer than the shortest grows, in mel frames (5 s). Windows of a
 /// few steps are often equal, so utterances can still be batched (which only utterances of
 /// one window are). The padding this adds is 2.5 s of a window on average; its cost alone
-/// was not measured apart from the machine's (README, Measured).
+/// was not measured apart from the machine's (docs/benchmarks.md).
 pub const WINDOW_STEP_FRAMES: usize = 500;
 
 /// Encoder frames per second (one per 20 ms).

@@ -69,7 +69,7 @@ const DOUBTED_ON_TOPIC: f32 = 0.2;
 /// money the buyer has to spend and the money the problem costs them; when the buyer must buy
 /// and how the purchase ranks among their other projects. A budget line was the economic
 /// impact the model invented most often, on the written and the transcribed calls alike, and
-/// a deadline or a ranking stood for the other of the two (see the README's Measured).
+/// a deadline or a ranking stood for the other of the two (docs/benchmarks.md).
 const TWINS: [(&str, &str); 2] = [("budget", "cost"), ("timing", "ranking")];
 
 /// The topic paired with topic `at` in [`TWINS`], if any.
