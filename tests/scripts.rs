@@ -64,10 +64,17 @@ fi
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-fn run(repo: &Path, script: &str, bin: &Path, target: &Path) -> std::process::Output {
+fn run(
+    repo: &Path,
+    script: &str,
+    args: &[&str],
+    bin: &Path,
+    target: &Path,
+) -> std::process::Output {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     Command::new("bash")
         .arg(repo.join(script))
+        .args(args)
         .env("PATH", path)
         .env("CARGO_TARGET_DIR", target)
         // As on a machine where no wrapper is set yet.
@@ -85,7 +92,7 @@ fn the_test_command_reaches_cargo_test_from_a_new_checkout() {
     let bin = dir.path().join("bin");
     fake_cargo(&bin, &log);
     let target = dir.path().join("no/such/target");
-    let out = run(&repo, "scripts/test.sh", &bin, &target);
+    let out = run(&repo, "scripts/test.sh", &[], &bin, &target);
     let calls = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         out.status.success(),
@@ -117,20 +124,19 @@ fn the_serve_command_builds_then_starts_the_binary_from_a_new_checkout() {
     let bin = dir.path().join("bin");
     fake_cargo(&bin, &log);
     let target = dir.path().join("no/such/target");
-    let out = run(&repo, "scripts/build.sh", &bin, &target);
+    let out = run(&repo, "scripts/build.sh", &[], &bin, &target);
     assert!(
         out.status.success(),
         "scripts/build.sh failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    let started = Command::new("bash")
-        .arg(repo.join("scripts/callstream"))
-        .args(["serve", "--config", "x.toml"])
-        .env("PATH", path)
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap();
+    let started = run(
+        &repo,
+        "scripts/callstream",
+        &["serve", "--config", "x.toml"],
+        &bin,
+        &target,
+    );
     assert!(started.status.success());
     let calls = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
