@@ -6,8 +6,6 @@
 //! and validates the document with an independent validator. The two WebSocket protocols
 //! (live calls, realtime chat) are described in docs/api.md; the dashboard's pages are HTML.
 
-use std::sync::OnceLock;
-
 use serde::Serialize;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::ServerBuilder;
@@ -102,13 +100,10 @@ pub fn document(public_url: &str) -> String {
 
 /// `GET /api/openapi.json`.
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
-    let cached: &'static OnceLock<String> = Box::leak(Box::new(OnceLock::new()));
+    let body = document(&app.config.server.public_url);
     warp::path!("api" / "openapi.json")
         .and(warp::get())
-        .map(move || {
-            let body = cached.get_or_init(|| document(&app.config.server.public_url));
-            warp::reply::with_header(body.clone(), "content-type", "application/json")
-        })
+        .map(move || warp::reply::with_header(body.clone(), "content-type", "application/json"))
 }
 
 /// The body of `POST /api/llm/chat/completions`, as `parse_rest` (src/http/chat.rs) reads it.
