@@ -4,12 +4,40 @@
 //! llama-cpp-sys-2 build's `lib` directory, next to the `backends` directory its build script
 //! reports, and oneDNN's where `scripts/onednn.py` installed it. `RPATH` (not `RUNPATH`) so
 //! that the libraries find each other through it too.
+//!
+//! Also warns when llama.cpp's CMake in this target directory was configured with another
+//! include than the one the build asks for (see scripts/build-env.sh): CMake records the path
+//! once per directory.
 
 use std::path::Path;
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=DEP_LLAMA_BACKENDS_DIR");
-    println!("cargo:rerun-if-env-changed=DEP_DNNL_LIBRARY_PATH");
+    println!("cargo:rerun-if-env-changed=CMAKE_PROJECT_INCLUDE");
+    let cache = std::env::var("DEP_LLAMA_BACKENDS_DIR")
+        .ok()
+        .and_then(|backends| {
+            let out = Path::new(&backends).parent()?.to_path_buf();
+            std::fs::read_to_string(out.join("build/CMakeCache.txt")).ok()
+        })
+        .unwrap_or_default();
+    let cached = |name: &str| {
+        cache.lines().find_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            (key.split(':').next() == Some(name)).then(|| value.to_owned())
+        })
+    };
+    if let (Some(asked), Some(built)) = (
+        std::env::var("CMAKE_PROJECT_INCLUDE").ok(),
+        cached("CMAKE_PROJECT_INCLUDE"),
+    ) {
+        if Path::new(&asked) != Path::new(&built) {
+            println!(
+                "cargo:warning=llama.cpp in this target directory reads its CMake include from \
+                 {built}, not {asked}: it was configured from another place (see \
+                 scripts/build-env.sh); a new target directory takes the current one"
+            );
+        }
+    }
     let mut path = vec!["$ORIGIN".to_owned(), "$ORIGIN/../lib/callstream".to_owned()];
     if let Some(out) = std::env::var("DEP_LLAMA_BACKENDS_DIR")
         .ok()

@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix="${1:-/usr/local}"
-target="${CARGO_TARGET_DIR:-$HOME/.cache/callstream/target}"
-binary="$target/release/callstream"
+source scripts/build-env.sh
+binary="$CARGO_TARGET_DIR/release/callstream"
 if [ ! -x "$binary" ]; then
   echo "install: $binary is not built yet; run scripts/build.sh" >&2
   exit 1

@@ -47,3 +47,51 @@ fn a_changed_llama_cpp_include_rebuilds_llama_cpp() {
         "scripts/cmake/llama-cpp.cmake changed: set GGML_CALLSTREAM_INCLUDE to the new digest"
     );
 }
+
+/// llama.cpp as published: no library of its build (the CPU modules and the shared libraries
+/// beside them) defines or calls a `--wrap` symbol, the mark of a function replaced at link time.
+#[test]
+fn llama_cpp_is_linked_without_wraps() {
+    let backends = std::path::Path::new(
+        llama_cpp_sys_2::BACKENDS_DIR.expect("llama.cpp's build names its modules' directory"),
+    );
+    let mut libraries = Vec::new();
+    for dir in [
+        backends.to_path_buf(),
+        backends.parent().unwrap().join("lib"),
+    ] {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("lib") && name.contains(".so") && !entry.path().is_symlink() {
+                libraries.push(entry.path());
+            }
+        }
+    }
+    assert!(
+        libraries
+            .iter()
+            .any(|l| l.to_string_lossy().contains("ggml-cpu-")),
+        "no CPU module among {libraries:?}"
+    );
+    for library in libraries {
+        let symbols = std::process::Command::new("nm")
+            .args(["-D"])
+            .arg(&library)
+            .output()
+            .unwrap();
+        assert!(symbols.status.success(), "nm {}", library.display());
+        let symbols = String::from_utf8_lossy(&symbols.stdout);
+        assert!(
+            symbols.contains("ggml_"),
+            "{}: no symbols read",
+            library.display()
+        );
+        for line in symbols.lines() {
+            assert!(
+                !line.contains("__wrap_") && !line.contains("__real_"),
+                "{} is patched at link time: {line}",
+                library.display()
+            );
+        }
+    }
+}

@@ -44,20 +44,28 @@ fn checkout(into: &Path) -> PathBuf {
 }
 
 /// A `cargo` that writes its arguments, a line per call, to `log`, and for `build` leaves a
-/// `callstream` program in the target directory that writes its own arguments there too.
+/// `callstream` program in the target directory that writes its own arguments there too. It
+/// fails unless the target directory exists and llama.cpp's CMake include is given as the copy
+/// of scripts/cmake in it (a path that stays when the clone goes).
 fn fake_cargo(bin: &Path, log: &Path) {
     std::fs::create_dir_all(bin).unwrap();
     let script = format!(
         r#"#!/bin/sh
 echo "cargo $*" >> '{log}'
 test -d "$CARGO_TARGET_DIR" || {{ echo "cargo: target directory $CARGO_TARGET_DIR is missing" >&2; exit 1; }}
+case "$CMAKE_PROJECT_INCLUDE" in
+    "$CARGO_TARGET_DIR"/*) cmp -s "$CMAKE_PROJECT_INCLUDE" '{include}' ||
+        {{ echo "cargo: $CMAKE_PROJECT_INCLUDE is not scripts/cmake/llama-cpp.cmake" >&2; exit 1; }} ;;
+    *) echo "cargo: CMAKE_PROJECT_INCLUDE=$CMAKE_PROJECT_INCLUDE is not in the target directory" >&2; exit 1 ;;
+esac
 if [ "$1" = build ]; then
     mkdir -p "$CARGO_TARGET_DIR/release"
     printf '#!/bin/sh\necho "callstream $*" >> %s\n' "'{log}'" > "$CARGO_TARGET_DIR/release/callstream"
     chmod +x "$CARGO_TARGET_DIR/release/callstream"
 fi
 "#,
-        log = log.display()
+        log = log.display(),
+        include = root().join("scripts/cmake/llama-cpp.cmake").display(),
     );
     let path = bin.join("cargo");
     std::fs::write(&path, script).unwrap();
@@ -161,4 +169,44 @@ fn serve_sh_is_setup_then_build_then_the_binary() {
             "exec scripts/callstream serve \"$@\""
         ]
     );
+}
+
+/// A target directory an earlier build left: llama.cpp's CMake include is refreshed in the copy
+/// the build points at, and the `lib*.so` links llama-cpp-sys-2 left pointing nowhere (which
+/// make its build script fail with "File exists" when it runs again) are gone, while links
+/// that resolve and everything else stay.
+#[test]
+fn a_used_target_directory_is_readied_for_llama_cpp_sys_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = checkout(dir.path());
+    let log = dir.path().join("cargo.log");
+    let bin = dir.path().join("bin");
+    fake_cargo(&bin, &log);
+    let target = dir.path().join("target");
+    let release = target.join("release");
+    std::fs::create_dir_all(release.join("deps")).unwrap();
+    std::fs::create_dir_all(target.join("callstream-cmake")).unwrap();
+    std::fs::write(target.join("callstream-cmake/llama-cpp.cmake"), "# old").unwrap();
+    std::fs::write(target.join("callstream-cmake/gone.cpp"), "// removed since").unwrap();
+    std::os::unix::fs::symlink("libllama.so.0", release.join("libllama.so")).unwrap();
+    std::os::unix::fs::symlink("libggml.so.0", release.join("deps/libggml.so")).unwrap();
+    std::fs::write(release.join("libkept.so.1"), "").unwrap();
+    std::os::unix::fs::symlink("libkept.so.1", release.join("libkept.so")).unwrap();
+    std::os::unix::fs::symlink("nowhere", release.join("other-link")).unwrap();
+    let out = run(&repo, "scripts/build.sh", &[], &bin, &target);
+    assert!(
+        out.status.success(),
+        "scripts/build.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    assert!(!exists(&release.join("libllama.so")));
+    assert!(!exists(&release.join("deps/libggml.so")));
+    assert!(exists(&release.join("libkept.so")));
+    assert!(exists(&release.join("other-link")));
+    assert_eq!(
+        std::fs::read(target.join("callstream-cmake/llama-cpp.cmake")).unwrap(),
+        std::fs::read(root().join("scripts/cmake/llama-cpp.cmake")).unwrap()
+    );
+    assert!(!exists(&target.join("callstream-cmake/gone.cpp")));
 }
