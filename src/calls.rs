@@ -4,8 +4,9 @@
 //! intent analysis behind the engine's port is [`crate::llm::profiles::LlmIntent`]; calls in
 //! progress for the dashboard are [`crate::live`].
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
@@ -124,7 +125,7 @@ pub struct Calls {
     nonces: NonceCache,
     shared: Arc<dyn crate::store::SharedState>,
     billing: OnceCell<ActorRef<BillingMsg>>,
-    // A std Mutex: held to add, remove or list entries, never across an await.
+    // A parking_lot Mutex: held to add, remove or list entries, never across an await.
     running: Mutex<HashMap<String, Running>>,
     watching: std::sync::Once,
     /// The intent analysis.
@@ -222,10 +223,8 @@ impl Calls {
         }
     }
 
-    fn running_calls(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
-        self.running
-            .lock()
-            .expect("call registry lock is never poisoned")
+    fn running_calls(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Running>> {
+        self.running.lock()
     }
 
     /// Calls in progress.

@@ -6,8 +6,9 @@
 //! calls on all of them. A call on another instance shows the lines heard since the page
 //! opened (its snapshot holds none).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::store::SharedState;
 
@@ -75,7 +76,7 @@ pub enum LiveEvent {
 /// The calls in progress, per organisation, and a feed of what happens to them: (organisation
 /// id, the event as JSON).
 pub struct LiveCalls {
-    // A std Mutex: a map update per transcript, never held across an await.
+    // A parking_lot Mutex: a map update per transcript, never held across an await.
     calls: Mutex<HashMap<String, LiveCall>>,
     feed: broadcast::Sender<(String, String)>,
     shared: Arc<dyn SharedState>,
@@ -113,10 +114,7 @@ impl LiveCalls {
     /// The organisation's calls in progress, here and on the other instances, oldest first.
     pub fn of_org(&self, org_id: &str) -> Vec<LiveCall> {
         let mut list: Vec<LiveCall> = {
-            let calls = self
-                .calls
-                .lock()
-                .expect("live call map lock is never poisoned");
+            let calls = self.calls.lock();
             calls
                 .values()
                 .filter(|c| c.org_id == org_id)
@@ -162,10 +160,7 @@ impl CallObserver for LiveCalls {
             started_at: crate::clock::rfc3339(crate::clock::now_ms()),
             lines: Vec::new(),
         };
-        self.calls
-            .lock()
-            .expect("live call map lock is never poisoned")
-            .insert(call.call_id.clone(), live.clone());
+        self.calls.lock().insert(call.call_id.clone(), live.clone());
         self.shared.call_opened(
             &call.call_id,
             &call.org_id,
@@ -181,10 +176,7 @@ impl CallObserver for LiveCalls {
             text: text.to_owned(),
         };
         let org = {
-            let mut calls = self
-                .calls
-                .lock()
-                .expect("live call map lock is never poisoned");
+            let mut calls = self.calls.lock();
             let Some(call) = calls.get_mut(call_id) else {
                 return;
             };
@@ -204,11 +196,7 @@ impl CallObserver for LiveCalls {
     }
 
     fn ended(&self, call_id: &str) {
-        let removed = self
-            .calls
-            .lock()
-            .expect("live call map lock is never poisoned")
-            .remove(call_id);
+        let removed = self.calls.lock().remove(call_id);
         if let Some(call) = removed {
             self.shared.call_ended(call_id);
             self.publish(

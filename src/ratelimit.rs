@@ -9,8 +9,8 @@
 //! sharing PostgreSQL keep the same algorithm in a row per key, on the database's clock
 //! (`store::postgres`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Entries are pruned when the table grows past this many keys.
@@ -20,7 +20,7 @@ const PRUNE_AT: usize = 10_000;
 #[derive(Debug)]
 pub struct RateLimiter {
     epoch: Instant,
-    // A std Mutex: the critical section is a hash lookup and two additions, never held across
+    // A parking_lot Mutex: the critical section is a hash lookup and two additions, never held across
     // an await, so an async mutex would only add cost.
     tats: Mutex<HashMap<String, Duration>>,
 }
@@ -46,10 +46,7 @@ impl RateLimiter {
         let interval = Duration::from_secs(60) / rpm.max(1);
         let tolerance = Duration::from_secs(60).saturating_sub(interval);
         let now = now.saturating_duration_since(self.epoch);
-        let mut tats = self
-            .tats
-            .lock()
-            .expect("rate limiter lock is never poisoned: no panics inside");
+        let mut tats = self.tats.lock();
         if tats.len() >= PRUNE_AT {
             tats.retain(|_, tat| *tat > now);
         }

@@ -1,7 +1,9 @@
 //! The house rules that keep the code easy to live in, checked on the sources:
 //! - no import circles between modules (file by file, and between the top-level modules of
 //!   each crate), read from `crate::` and `super::` paths;
-//! - WebSocket close codes are chosen in `src/http/errors.rs` only.
+//! - WebSocket close codes are chosen in `src/http/errors.rs` only;
+//! - one lock policy: parking_lot's locks, which are never poisoned, and no std lock anywhere
+//!   (tests included), so no code has to decide what a poisoned lock means.
 //!
 //! Test modules (`#[cfg(test)] mod tests`) are left out: tests may reach anywhere.
 
@@ -294,5 +296,72 @@ fn close_codes_are_chosen_in_one_place() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn every_lock_is_a_parking_lot_lock() {
+    let dirs = [
+        "src",
+        "actors/src",
+        "tests",
+        "actors/tests",
+        "benches",
+        "actors/benches",
+    ];
+    for dir in dirs {
+        let dir = root().join(dir);
+        if !dir.is_dir() {
+            continue;
+        }
+        for file in modules(&dir).values() {
+            if file.ends_with("tests/architecture.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(file).unwrap();
+            for std_lock in [
+                "std::sync::Mutex",
+                "std::sync::RwLock",
+                "std::sync::Condvar",
+                "PoisonError",
+                "sync::{Arc, Mutex",
+                "sync::{Mutex",
+                "sync::{Arc, RwLock",
+                "sync::{RwLock",
+                "sync::{Arc, Condvar",
+            ] {
+                assert!(
+                    !text.contains(std_lock),
+                    "{} uses {std_lock}: locks are parking_lot's (no poisoning)",
+                    file.display()
+                );
+            }
+        }
+    }
+}
+
+/// Test doubles sit behind the actors crate's `test-util` feature, which the service never turns
+/// on; whatever a test build unifies, none of their code reaches the binary.
+#[test]
+fn no_test_double_is_linked_into_the_binary() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let line = manifest
+        .lines()
+        .find(|l| l.starts_with("callstream-actors = "))
+        .unwrap();
+    assert!(!line.contains("test-util"), "{line}");
+    let symbols = std::process::Command::new("nm")
+        .args(["-C", env!("CARGO_BIN_EXE_callstream")])
+        .output()
+        .unwrap();
+    assert!(symbols.status.success(), "nm failed");
+    let symbols = String::from_utf8_lossy(&symbols.stdout);
+    // The binary's own symbols are there to look at (it is not stripped).
+    assert!(symbols.contains("callstream::"), "no symbols to check");
+    for double in ["asr::scripted", "ScriptedEngine"] {
+        assert!(
+            !symbols.contains(double),
+            "the binary links test code: {double}"
+        );
     }
 }

@@ -345,9 +345,9 @@ impl Actor for Billing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::Mutex;
 
     use crate::usage::Allowance;
 
@@ -363,7 +363,7 @@ mod tests {
 
     impl Ledger {
         fn billed(&self) -> u64 {
-            self.rows.lock().unwrap().values().sum()
+            self.rows.lock().values().sum()
         }
     }
 
@@ -377,7 +377,7 @@ mod tests {
                 return Err(UsageError::Store("disk full".into()));
             }
             self.batches.fetch_add(1, Ordering::SeqCst);
-            let mut rows = self.rows.lock().unwrap();
+            let mut rows = self.rows.lock();
             for t in totals {
                 assert_eq!(t.source, UsageSource::Callstream);
                 assert_eq!(t.kind, UsageKind::AudioMs);
@@ -389,12 +389,12 @@ mod tests {
 
     impl QuotaGate for Ledger {
         fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
-            let taken = self.billed() + *self.reserved.lock().unwrap();
+            let taken = self.billed() + *self.reserved.lock();
             Ok(Allowance::Remaining(self.quota_ms.saturating_sub(taken)))
         }
 
         fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
-            let mut reserved = self.reserved.lock().unwrap();
+            let mut reserved = self.reserved.lock();
             let left = self.quota_ms.saturating_sub(self.billed() + *reserved);
             let granted = want.min(left);
             *reserved += granted;
@@ -402,7 +402,7 @@ mod tests {
         }
 
         fn release(&self, _: &str, _: UsageKind, amount: u64) {
-            let mut reserved = self.reserved.lock().unwrap();
+            let mut reserved = self.reserved.lock();
             *reserved = reserved
                 .checked_sub(amount)
                 .expect("never more than reserved");
@@ -415,7 +415,7 @@ mod tests {
             release: &[(&str, u64)],
         ) -> Result<(), UsageError> {
             // One lock over both, as a real gate makes them one step.
-            let mut reserved = self.reserved.lock().unwrap();
+            let mut reserved = self.reserved.lock();
             sink.checkpoint(totals)?;
             let given: u64 = release.iter().map(|(_, ms)| ms).sum();
             *reserved = reserved
@@ -478,7 +478,7 @@ mod tests {
         assert_eq!(total, (7 * 1601 + 8000) / 8);
         // One batch for the three calls, one for the end of c1.
         assert_eq!(ledger.batches.load(Ordering::SeqCst), 2);
-        let rows = ledger.rows.lock().unwrap().clone();
+        let rows = ledger.rows.lock().clone();
         assert_eq!(rows.len(), 3, "one row per call, written over: {rows:?}");
         assert_eq!(rows[&("c1".to_owned(), 1_700_000_000_000)], total);
         assert_eq!(rows[&("c2".to_owned(), 1_700_000_000_000)], 7 * 1601 / 8);
@@ -502,14 +502,14 @@ mod tests {
         audio(&billing, "a", 80_000);
         billing.cast(BillingMsg::Flush).unwrap();
         assert_eq!(lease(&billing, "a", 30_000).await.unwrap(), 0);
-        assert_eq!(*ledger.reserved.lock().unwrap(), 40_000);
+        assert_eq!(*ledger.reserved.lock(), 40_000);
         // Call b ends having used 5 s: the rest of its lease goes back to the pool.
         audio(&billing, "b", 40_000);
         assert_eq!(end(&billing, "b").await.unwrap(), 5_000);
-        assert_eq!(*ledger.reserved.lock().unwrap(), 20_000);
+        assert_eq!(*ledger.reserved.lock(), 20_000);
         assert_eq!(lease(&billing, "a", 30_000).await.unwrap(), 15_000);
         assert_eq!(end(&billing, "a").await.unwrap(), 10_000);
-        assert_eq!(*ledger.reserved.lock().unwrap(), 0);
+        assert_eq!(*ledger.reserved.lock(), 0);
         assert_eq!(ledger.billed(), 15_000);
         billing.stop(None);
     }

@@ -8,9 +8,10 @@
 //! a blocking thread, during which tokio does not move the paused clock, so time passes only when
 //! a test sleeps: timers fire exactly when the test says.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
@@ -117,7 +118,7 @@ impl UsageSink for Ledger {
     }
 
     fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
-        let mut rows = self.rows.lock().unwrap();
+        let mut rows = self.rows.lock();
         for t in totals {
             rows.insert((t.call_id.clone().unwrap(), t.at_ms), t.amount);
         }
@@ -127,11 +128,11 @@ impl UsageSink for Ledger {
 
 impl QuotaGate for Ledger {
     fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
-        Ok(*self.allowance.lock().unwrap())
+        Ok(*self.allowance.lock())
     }
 
     fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
-        let mut allowance = self.allowance.lock().unwrap();
+        let mut allowance = self.allowance.lock();
         Ok(match *allowance {
             Allowance::Unlimited => want,
             Allowance::Remaining(left) => {
@@ -156,7 +157,7 @@ impl QuotaGate for Ledger {
 
 impl Ledger {
     fn billed_ms(&self) -> u64 {
-        self.rows.lock().unwrap().values().sum()
+        self.rows.lock().values().sum()
     }
 }
 
@@ -276,7 +277,6 @@ impl Call {
         let out = self.out.clone();
         tokio::task::spawn_blocking(move || {
             out.lock()
-                .unwrap()
                 .recv_timeout(Duration::from_secs(60))
                 .expect("the call answers within a minute of real time")
         })
@@ -490,7 +490,7 @@ async fn audio_is_served_only_under_a_lease_and_a_dry_pool_disconnects_with_or_w
             ..CallSettings::default()
         };
         let mut call = Call::start(pool(&engine, 1, 8), settings).await;
-        *call.ledger.allowance.lock().unwrap() = Allowance::Remaining(1000);
+        *call.ledger.allowance.lock() = Allowance::Remaining(1000);
         call.open().await;
         // Two seconds of audio at once, far faster than real time: one second is leased
         // (400 + 400 + 200 ms), then the pool is dry.

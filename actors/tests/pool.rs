@@ -3,8 +3,9 @@
 //! back, load errors reported. A closed gate holds the worker in a decode, so what is queued
 //! meanwhile is known exactly; nothing here depends on timing.
 
+use parking_lot::Mutex;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use callstream_actors::asr::pool::{AsrPool, Job, PoolConfig};
@@ -62,7 +63,7 @@ impl Order {
             language: language.to_owned(),
             reply: Box::new(move |r| {
                 r.unwrap();
-                this.done.lock().unwrap().push(name);
+                this.done.lock().push(name);
                 this.tx.send(()).unwrap();
             }),
             cancel: None,
@@ -90,10 +91,7 @@ fn live_work_is_served_before_file_work_and_file_work_is_batched() {
     pool.submit_live(order.job("live-0", "en")).unwrap();
     gate.open();
     wait(&rx, 4);
-    assert_eq!(
-        *order.done.lock().unwrap(),
-        ["file-0", "live-0", "file-1", "file-2"]
-    );
+    assert_eq!(*order.done.lock(), ["file-0", "live-0", "file-1", "file-2"]);
     let snap = pool.snapshot();
     assert_eq!(snap.utterances, 4);
     assert_eq!(
@@ -115,10 +113,7 @@ fn file_work_of_another_language_is_decoded_on_its_own() {
     }
     gate.open();
     wait(&rx, 4);
-    assert_eq!(
-        *order.done.lock().unwrap(),
-        ["en-0", "en-1", "de-0", "en-2"]
-    );
+    assert_eq!(*order.done.lock(), ["en-0", "en-1", "de-0", "en-2"]);
     assert_eq!(pool.snapshot().batches, 4);
 }
 
@@ -148,7 +143,7 @@ fn only_file_work_of_one_window_shares_a_decode() {
     // A refused batch would fail its jobs (the replies unwrap) and leave this waiting.
     wait(&rx, 6);
     assert_eq!(
-        *order.done.lock().unwrap(),
+        *order.done.lock(),
         ["short-0", "short-1", "short-2", "long-0", "long-1", "short-3"]
     );
     // The job that did not fit started the next batch: [short-0], [short-1, short-2],
@@ -182,7 +177,7 @@ fn a_full_live_queue_refuses_at_once_and_hands_the_job_back() {
     // Offered again once there is room, it is taken.
     pool.submit_live(refused.job).unwrap();
     wait(&rx, 1);
-    assert_eq!(order.done.lock().unwrap().last(), Some(&"refused"));
+    assert_eq!(order.done.lock().last(), Some(&"refused"));
 }
 
 #[test]

@@ -92,8 +92,8 @@ pub fn pool_name(kind: UsageKind) -> &'static str {
 /// change (a revocation, an organisation changed or deleted), and for [`KEY_CACHE_TTL`] at most.
 struct KeyCache {
     changes: tokio::sync::watch::Receiver<u64>,
-    // A std Mutex: a map lookup per request, never held across an await.
-    entries: std::sync::Mutex<KeyCacheEntries>,
+    // A parking_lot Mutex: a map lookup per request, never held across an await.
+    entries: parking_lot::Mutex<KeyCacheEntries>,
 }
 
 #[derive(Default)]
@@ -113,10 +113,7 @@ const KEY_CACHE_MAX: usize = 10_000;
 impl KeyCache {
     fn get(&self, hash: &[u8; 32]) -> Option<(ApiKey, Org)> {
         let generation = *self.changes.borrow();
-        let mut entries = self
-            .entries
-            .lock()
-            .expect("key cache lock is never poisoned");
+        let mut entries = self.entries.lock();
         if entries.generation != generation {
             entries.map.clear();
             entries.generation = generation;
@@ -131,10 +128,7 @@ impl KeyCache {
 
     /// Keeps what was read while the change count was `generation`.
     fn put(&self, generation: u64, hash: [u8; 32], key: ApiKey, org: Org) {
-        let mut entries = self
-            .entries
-            .lock()
-            .expect("key cache lock is never poisoned");
+        let mut entries = self.entries.lock();
         if entries.generation != generation {
             return;
         }
@@ -167,7 +161,7 @@ impl Authenticator {
         let cache = shared.changes().map(|changes| {
             let generation = *changes.borrow();
             KeyCache {
-                entries: std::sync::Mutex::new(KeyCacheEntries {
+                entries: parking_lot::Mutex::new(KeyCacheEntries {
                     generation,
                     map: Default::default(),
                 }),

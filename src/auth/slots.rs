@@ -2,13 +2,14 @@
 //! connector and per organisation): a count per name, and a [`Slot`] guard that gives its place
 //! back when dropped, however the session or call ends.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Counts of open things by name.
 #[derive(Debug, Default)]
 pub struct Slots {
-    // A std Mutex: a map update per open and close, never held across an await.
+    // A parking_lot Mutex: a map update per open and close, never held across an await.
     counts: Mutex<HashMap<String, usize>>,
 }
 
@@ -22,7 +23,7 @@ pub struct Slot {
 impl Slots {
     /// Takes a place under `name` if fewer than `max` are taken.
     pub fn try_acquire(self: &Arc<Self>, name: &str, max: usize) -> Option<Slot> {
-        let mut counts = self.counts.lock().expect("slot lock is never poisoned");
+        let mut counts = self.counts.lock();
         let count = counts.entry(name.to_owned()).or_default();
         if *count >= max {
             return None;
@@ -36,22 +37,13 @@ impl Slots {
 
     /// Places taken under `name`.
     pub fn taken(&self, name: &str) -> usize {
-        self.counts
-            .lock()
-            .expect("slot lock is never poisoned")
-            .get(name)
-            .copied()
-            .unwrap_or(0)
+        self.counts.lock().get(name).copied().unwrap_or(0)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut counts = self
-            .slots
-            .counts
-            .lock()
-            .expect("slot lock is never poisoned");
+        let mut counts = self.slots.counts.lock();
         if let Some(count) = counts.get_mut(&self.name) {
             *count -= 1;
             if *count == 0 {

@@ -20,11 +20,12 @@
 //! llama.cpp thread still decoding when the process exits crashes it, as the exit tears
 //! down the engine's static state under that thread.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -236,7 +237,7 @@ impl Provider for EmbeddedLlm {
             deltas,
             done: Some(done),
         };
-        let sent = match lock(&self.jobs).as_ref() {
+        let sent = match self.jobs.lock().as_ref() {
             Some(jobs) => jobs.try_send(job),
             None => Err(TrySendError::Disconnected(job)),
         };
@@ -270,7 +271,7 @@ impl Provider for EmbeddedLlm {
 
     fn stop(&self, within: Duration) -> bool {
         self.stopping.store(true, Ordering::SeqCst);
-        lock(&self.jobs).take();
+        self.jobs.lock().take();
         // Nothing is ever sent: the receive ends when the thread drops its sender.
         !matches!(
             self.ended.recv_timeout(within),
@@ -285,10 +286,6 @@ impl Drop for EmbeddedLlm {
             tracing::warn!("the model thread did not stop in time");
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The next piece of work: a request whenever one waits, else a warm-up; `None` once the

@@ -1270,8 +1270,8 @@ mod tests {
 
     /// A model that gives the answers it was handed, in turn, and keeps what it was asked.
     struct Scripted {
-        answers: std::sync::Mutex<Vec<Answer>>,
-        asked: std::sync::Mutex<Vec<Generation>>,
+        answers: parking_lot::Mutex<Vec<Answer>>,
+        asked: parking_lot::Mutex<Vec<Generation>>,
     }
 
     impl Scripted {
@@ -1291,13 +1291,8 @@ mod tests {
             generation: Generation,
             _: super::super::Deltas,
         ) -> Result<super::super::Completion, LlmError> {
-            self.asked.lock().unwrap().push(generation);
-            let (text, odds) = self
-                .answers
-                .lock()
-                .unwrap()
-                .pop()
-                .expect("asked once too often");
+            self.asked.lock().push(generation);
+            let (text, odds) = self.answers.lock().pop().expect("asked once too often");
             Ok(super::super::Completion {
                 text: text.to_owned(),
                 tool_calls: Vec::new(),
@@ -1352,7 +1347,7 @@ mod tests {
             ]),
         )]);
         let (record, usage) = intent_of(&model, transcript).await;
-        let asked = std::mem::take(&mut *model.asked.lock().unwrap());
+        let asked = std::mem::take(&mut *model.asked.lock());
         assert_eq!(asked.len(), 1);
         assert_eq!(usage.total_tokens, 110);
         let odds = asked[0].odds.as_ref().unwrap();

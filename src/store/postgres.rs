@@ -14,9 +14,10 @@
 //! A charge is committed (PostgreSQL's `synchronous_commit`, on by default) before `record`
 //! returns; the ledger row and its day total change in one transaction.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
@@ -172,10 +173,8 @@ struct Pool {
 }
 
 impl Pool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
-        self.state
-            .lock()
-            .expect("pool lock is never poisoned: no panics while held")
+    fn lock(&self) -> parking_lot::MutexGuard<'_, PoolState> {
+        self.state.lock()
     }
 
     fn take(&self) -> Result<Conn, StoreError> {
@@ -220,11 +219,7 @@ impl Pool {
                     self.wait.as_millis()
                 )));
             }
-            state = self
-                .freed
-                .wait_timeout(state, deadline - now)
-                .expect("pool lock is never poisoned: no panics while held")
-                .0;
+            self.freed.wait_for(&mut state, deadline - now);
         }
     }
 

@@ -7,8 +7,8 @@
 //! nonce accepted by one instance is refused by the others and a key's requests per minute
 //! are one budget whichever instance answers.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
@@ -185,14 +185,14 @@ const POOL_LOCKS: usize = 64;
 #[derive(Debug)]
 pub struct Local {
     limiter: RateLimiter,
-    // A std Mutex: a map operation per call, never held across an await.
+    // A parking_lot Mutex: a map operation per call, never held across an await.
     entries: Mutex<HashMap<(Space, String), (String, i64)>>,
-    // A std Mutex: held for one ledger read, never across an await.
+    // A parking_lot Mutex: held for one ledger read, never across an await.
     reserved: Mutex<HashMap<(String, UsageKind), u64>>,
     // Per pool (hashed): a reservation takes it alone, to read the ledger and the
     // reservations as they stand; settlements take it together, so they share their fsyncs,
     // and a reservation waits for those in flight. Never held across an await.
-    pools: Vec<std::sync::RwLock<()>>,
+    pools: Vec<parking_lot::RwLock<()>>,
 }
 
 impl Default for Local {
@@ -202,7 +202,7 @@ impl Default for Local {
             entries: Mutex::default(),
             reserved: Mutex::default(),
             pools: (0..POOL_LOCKS)
-                .map(|_| std::sync::RwLock::new(()))
+                .map(|_| parking_lot::RwLock::new(()))
                 .collect(),
         }
     }
@@ -217,16 +217,12 @@ impl Local {
         (hasher.finish() % POOL_LOCKS as u64) as usize
     }
 
-    fn reserved(&self) -> std::sync::MutexGuard<'_, HashMap<(String, UsageKind), u64>> {
-        self.reserved
-            .lock()
-            .expect("reservation lock is never poisoned: no panics inside")
+    fn reserved(&self) -> parking_lot::MutexGuard<'_, HashMap<(String, UsageKind), u64>> {
+        self.reserved.lock()
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(Space, String), (String, i64)>> {
-        self.entries
-            .lock()
-            .expect("shared-entries lock is never poisoned: no panics inside")
+    fn entries(&self) -> parking_lot::MutexGuard<'_, HashMap<(Space, String), (String, i64)>> {
+        self.entries.lock()
     }
 }
 
@@ -298,9 +294,7 @@ impl SharedState for Local {
         let Some(quota) = pool.quota else {
             return Ok(Some(want));
         };
-        let _alone = self.pools[self.pool_lock(pool.org_id, pool.kind)]
-            .write()
-            .expect("pool lock is never poisoned: no panics inside");
+        let _alone = self.pools[self.pool_lock(pool.org_id, pool.kind)].write();
         let mut reserved = self.reserved();
         let key = (pool.org_id.to_owned(), pool.kind);
         let held = reserved.get(&key).copied().unwrap_or(0);
@@ -316,9 +310,7 @@ impl SharedState for Local {
         // Alone on the pool, as `reserve` is: a settlement in flight (its usage already
         // readable in the ledger, its reservation not yet given back) is waited for, so a
         // quota check that read the ledger first never counts that work twice.
-        let _alone = self.pools[self.pool_lock(org_id, kind)]
-            .write()
-            .expect("pool lock is never poisoned: no panics inside");
+        let _alone = self.pools[self.pool_lock(org_id, kind)].write();
         Ok(self
             .reserved()
             .get(&(org_id.to_owned(), kind))
@@ -346,14 +338,7 @@ impl SharedState for Local {
             .collect();
         locks.sort_unstable();
         locks.dedup();
-        let _shared: Vec<_> = locks
-            .into_iter()
-            .map(|i| {
-                self.pools[i]
-                    .read()
-                    .expect("pool lock is never poisoned: no panics inside")
-            })
-            .collect();
+        let _shared: Vec<_> = locks.into_iter().map(|i| self.pools[i].read()).collect();
         usage.to(ledger)?;
         let mut reserved = self.reserved();
         for (org_id, kind, amount) in release {

@@ -50,9 +50,9 @@ pub struct SledStore {
 /// (or the next) instead of each paying for an fsync of its own.
 #[derive(Default)]
 struct GroupCommit {
-    // A std Mutex: held only to update counters, never across the flush itself.
-    state: std::sync::Mutex<CommitState>,
-    flushed: std::sync::Condvar,
+    // A parking_lot Mutex: held only to update counters, never across the flush itself.
+    state: parking_lot::Mutex<CommitState>,
+    flushed: parking_lot::Condvar,
 }
 
 #[derive(Default)]
@@ -68,10 +68,7 @@ struct CommitState {
 impl GroupCommit {
     /// Registers an applied charge; returns its ticket.
     fn applied(&self) -> u64 {
-        let mut s = self
-            .state
-            .lock()
-            .expect("commit lock is never poisoned: no panics inside");
+        let mut s = self.state.lock();
         s.applied += 1;
         s.applied
     }
@@ -82,26 +79,17 @@ impl GroupCommit {
         ticket: u64,
         flush: impl Fn() -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut s = self
-            .state
-            .lock()
-            .expect("commit lock is never poisoned: no panics inside");
+        let mut s = self.state.lock();
         while s.durable < ticket {
             if s.flushing {
-                s = self
-                    .flushed
-                    .wait(s)
-                    .expect("commit lock is never poisoned: no panics inside");
+                self.flushed.wait(&mut s);
                 continue;
             }
             s.flushing = true;
             let target = s.applied;
             drop(s);
             let result = flush();
-            s = self
-                .state
-                .lock()
-                .expect("commit lock is never poisoned: no panics inside");
+            s = self.state.lock();
             s.flushing = false;
             if result.is_ok() {
                 s.durable = s.durable.max(target);
@@ -687,7 +675,7 @@ mod tests {
         let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
         assert_eq!(days.iter().map(|d| d.amount).sum::<u64>(), 200);
         assert_eq!(s.usage_events("org_a", 0, i64::MAX).unwrap().len(), 200);
-        let c = s.commits.state.lock().unwrap();
+        let c = s.commits.state.lock();
         assert_eq!((c.applied, c.durable), (200, 200));
     }
 

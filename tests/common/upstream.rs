@@ -2,9 +2,10 @@
 //! every request and answers with the next scripted reply, streamed as server-sent events in
 //! small pieces the way real providers send them.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -93,19 +94,18 @@ impl FakeUpstream {
             .and(warp::body::json())
             .then(move |authorization: Option<String>, body: Value| {
                 let (script, seen, default) = (s.clone(), r.clone(), d.clone());
-                let wait = *w.lock().unwrap();
+                let wait = *w.lock();
                 async move {
                     tokio::time::sleep(wait).await;
                     let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
-                    seen.lock().unwrap().push(Seen {
+                    seen.lock().push(Seen {
                         authorization,
                         body,
                     });
                     let reply = script
                         .lock()
-                        .unwrap()
                         .pop_front()
-                        .unwrap_or_else(|| default.lock().unwrap().clone());
+                        .unwrap_or_else(|| default.lock().clone());
                     match reply {
                         Reply::Status(code, body) => warp::http::Response::builder()
                             .status(code)
@@ -150,7 +150,7 @@ impl FakeUpstream {
 
     /// Waits this long before answering each request (from then on).
     pub fn set_delay(&self, delay: Duration) {
-        *self.delay.lock().unwrap() = delay;
+        *self.delay.lock() = delay;
     }
 
     pub fn base_url(&self) -> String {
@@ -159,7 +159,7 @@ impl FakeUpstream {
 
     /// The answer once the script has run out.
     pub fn set_default(&self, reply: Reply) {
-        *self.default.lock().unwrap() = reply;
+        *self.default.lock() = reply;
     }
 
     /// Scripts `n` answers that each call `get_order_status` again.
@@ -174,11 +174,11 @@ impl FakeUpstream {
     }
 
     pub fn push(&self, reply: Reply) {
-        self.script.lock().unwrap().push_back(reply);
+        self.script.lock().push_back(reply);
     }
 
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().clone()
     }
 
     /// Environment that points a server at this provider.

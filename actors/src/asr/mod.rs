@@ -1,14 +1,17 @@
 //! The speech engine: the [`AsrEngine`] port, its Whisper-on-CTranslate2 implementation, an
-//! in-memory scripted engine for tests, the hallucination guard, the worker pool that runs
+//! in-memory scripted engine for tests (feature `test-util`, absent from the release binary),
+//! the hallucination guard, the worker pool that runs
 //! engines on dedicated threads, and the language list of the loaded model.
 
 pub mod file;
 pub mod guard;
 pub mod languages;
 pub mod pool;
+#[cfg(any(test, feature = "test-util"))]
 pub mod scripted;
 pub mod tokenizer;
 pub mod wer;
+#[cfg(feature = "whisper")]
 pub mod whisper;
 
 pub use languages::{model_languages, Language, ModelError};

@@ -7,8 +7,9 @@
 //! decode until the test opens it (to make workers "fall behind" deterministically), and an
 //! optional cost per utterance spends real time the way a model would.
 
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{AsrEngine, AsrError, Language, Transcript, Word};
@@ -62,12 +63,12 @@ impl Gate {
 
     /// Holds every decode from now on.
     pub fn close(&self) {
-        *self.inner.closed.lock().expect("gate lock") = true;
+        *self.inner.closed.lock() = true;
     }
 
     /// Lets every waiting and later decode through.
     pub fn open(&self) {
-        *self.inner.closed.lock().expect("gate lock") = false;
+        *self.inner.closed.lock() = false;
         self.inner.changed.notify_all();
     }
 
@@ -80,31 +81,26 @@ impl Gate {
     /// they have.
     pub fn wait_arrived(&self, n: u64, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
-        let mut guard = self.inner.arrivals_lock.lock().expect("gate lock");
+        let mut guard = self.inner.arrivals_lock.lock();
         while self.arrived() < n {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return false;
             }
-            guard = self
-                .inner
-                .arrivals
-                .wait_timeout(guard, left)
-                .expect("gate lock")
-                .0;
+            self.inner.arrivals.wait_for(&mut guard, left);
         }
         true
     }
 
     fn pass(&self) {
         {
-            let _guard = self.inner.arrivals_lock.lock().expect("gate lock");
+            let _guard = self.inner.arrivals_lock.lock();
             self.inner.arrived.fetch_add(1, Ordering::SeqCst);
             self.inner.arrivals.notify_all();
         }
-        let mut closed = self.inner.closed.lock().expect("gate lock");
+        let mut closed = self.inner.closed.lock();
         while *closed {
-            closed = self.inner.changed.wait(closed).expect("gate lock");
+            self.inner.changed.wait(&mut closed);
         }
     }
 }

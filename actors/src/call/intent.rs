@@ -142,7 +142,7 @@ impl Actor for Intent {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use tokio::sync::mpsc;
 
@@ -158,7 +158,7 @@ mod tests {
         }
 
         fn prefill(&self, transcript: String) {
-            self.0.lock().unwrap().push(transcript);
+            self.0.lock().push(transcript);
         }
     }
 
@@ -215,13 +215,13 @@ mod tests {
         let first = outcomes.recv().await.unwrap().0.unwrap();
         assert_eq!(first, Value::from(2));
         // Nobody asked before: nothing was prepared.
-        assert!(prefills.lock().unwrap().is_empty());
+        assert!(prefills.lock().is_empty());
         // A line that belongs before the last one (another channel, later) goes in time order.
         line(4.0, "Customer", "since Monday.");
         line(3.0, "Agent", "is the light green?");
         intent.cast(IntentMsg::Analyze).unwrap();
         assert_eq!(outcomes.recv().await.unwrap().0.unwrap(), Value::from(4));
-        let prefills = prefills.lock().unwrap().clone();
+        let prefills = prefills.lock().clone();
         assert_eq!(prefills.len(), 2);
         assert_eq!(
             prefills[1],

@@ -512,7 +512,7 @@ fn schema_fields(kind: ProfileKind) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::llm::{Completion, Deltas, FinishReason};
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     #[test]
     fn every_field_has_a_topic_and_the_examples_parse() {
@@ -634,7 +634,7 @@ mod tests {
                 "priority": field("not_found", "", &[]),
             });
             let checked = neat_p(&model, &mut record, &call, &[]).await;
-            let asked = model.asked.into_inner().unwrap();
+            let asked = model.asked.into_inner();
             if own == WEAK {
                 assert_eq!(
                     record["need"],
@@ -715,7 +715,7 @@ mod tests {
         // A timing whole, but its second clause is clearly a ranking.
         assert_eq!(record["priority"], answer()["priority"]);
         assert_eq!(
-            model.asked.into_inner().unwrap(),
+            model.asked.into_inner(),
             [
                 BUDGET,
                 SEPARATE,
@@ -786,7 +786,7 @@ mod tests {
                     }
                 })
                 .collect();
-            self.asked.lock().unwrap().push(quote);
+            self.asked.lock().push(quote);
             Ok(Completion {
                 text: answer(topic),
                 tool_calls: Vec::new(),
@@ -839,7 +839,7 @@ mod tests {
                 &["We need it before June."]),
         });
         let checked = neat_p(&model, &mut record, CALL, &[]).await;
-        (record, checked, model.asked.into_inner().unwrap())
+        (record, checked, model.asked.into_inner())
     }
 
     #[tokio::test]
@@ -936,7 +936,7 @@ mod tests {
                 &[false, pushed, pushed, false, false],
             )
             .await;
-            let asked = model.asked.into_inner().unwrap();
+            let asked = model.asked.into_inner();
             // Clearly about a decision: kept either way.
             assert_eq!(
                 record["access_to_authority"],
