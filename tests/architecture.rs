@@ -365,3 +365,57 @@ fn no_test_double_is_linked_into_the_binary() {
         );
     }
 }
+
+/// Longest a source file may be, its test module aside: about what one concept takes.
+const MAX_FILE_LINES: usize = 800;
+
+/// Files still longer, each to be split (and then taken off this list: the test fails when a
+/// listed file fits, so the list only shrinks).
+const LONGER_FOR_NOW: [&str; 2] = ["src/store/postgres.rs", "src/cli/bench.rs"];
+
+/// Whether `file` is a module its parent declares for tests only (`#[cfg(test)] mod name;`).
+fn test_only(file: &Path) -> bool {
+    let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+    let dir = file.parent().unwrap();
+    let parents = [
+        dir.join("mod.rs"),
+        dir.join("lib.rs"),
+        dir.join("main.rs"),
+        dir.with_extension("rs"),
+    ];
+    let declared = format!("#[cfg(test)]\nmod {stem};");
+    stem != "mod"
+        && parents.iter().any(|parent| {
+            std::fs::read_to_string(parent).is_ok_and(|text| text.contains(&declared))
+        })
+}
+
+#[test]
+fn no_source_file_is_longer_than_one_concept_takes() {
+    for crate_dir in ["src", "actors/src"] {
+        for file in modules(&root().join(crate_dir)).values() {
+            if test_only(file) {
+                continue;
+            }
+            let relative = file
+                .strip_prefix(root())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let lines = code(file).lines().count();
+            let listed = LONGER_FOR_NOW.contains(&relative.as_str());
+            if listed {
+                assert!(
+                    lines > MAX_FILE_LINES,
+                    "{relative} has {lines} lines now: take it off LONGER_FOR_NOW"
+                );
+            } else {
+                assert!(
+                    lines <= MAX_FILE_LINES,
+                    "{relative} has {lines} lines besides its tests (at most {MAX_FILE_LINES}): \
+                     split it by concept"
+                );
+            }
+        }
+    }
+}

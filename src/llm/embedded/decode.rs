@@ -1,0 +1,303 @@
+//! One generation: the prompt read in chunks after the longest prefix already evaluated, then
+//! token by token (with drafted tokens checked in one evaluation when under a grammar), until
+//! a stop, the token limit or a cancellation.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::token::LlamaToken;
+
+use super::*;
+use crate::llm::{Completion, FinishReason, Generation, LlmError, Usage};
+
+/// The loaded model and how it decodes.
+pub(super) struct Decoder<'m> {
+    pub(super) model: &'m LlamaModel,
+    pub(super) template: &'m LlamaChatTemplate,
+    /// Most tokens drafted ahead of a structured answer ([`EmbeddedConfig::draft_tokens`]).
+    pub(super) draft_tokens: usize,
+}
+
+pub(super) fn generate(
+    decoder: &Decoder<'_>,
+    ctx: &mut LlamaContext<'_>,
+    cache: &mut PrefixCache,
+    generation: Generation,
+    deltas: Option<&tokio::sync::mpsc::Sender<String>>,
+    abandoned: &dyn Fn() -> bool,
+) -> Result<Completion, LlmError> {
+    let Decoder {
+        model,
+        template,
+        draft_tokens,
+    } = *decoder;
+    let chat = render(&generation.messages, &generation.tools)?;
+    let prompt = model
+        .apply_chat_template(template, &chat, true)
+        .map_err(engine)?;
+    let vocab = model.vocab();
+    let tokens = vocab.tokenize(prompt.as_bytes(), true, true);
+    let limit = ctx.n_ctx() as usize;
+    // A structured answer cut short by the window would not parse: it needs room for all of
+    // `max_tokens`. Other answers may stop at the window's end (finish reason `length`).
+    let room = if generation.json_schema.is_some() {
+        generation.sampling.max_tokens as usize
+    } else {
+        1
+    };
+    if tokens.len() + room.max(1) >= limit {
+        return Err(LlmError::ContextOverflow {
+            prompt: tokens.len(),
+            limit,
+        });
+    }
+    // Before the prompt: a schema the grammar cannot hold costs the model nothing.
+    let mut picker = Picker::new(model, &generation)?;
+    // The start every answer to the schema has is read with the prompt, not written a token
+    // at a time.
+    let prompt_len = tokens.len();
+    let mut tokens = tokens;
+    let lead = match &generation.json_schema {
+        Some(schema) if generation.sampling.max_tokens > 0 => lead_tokens(
+            model,
+            &generation,
+            schema,
+            &mut picker,
+            limit - prompt_len - 1,
+        )?,
+        _ => Vec::new(),
+    };
+    // Read with the prompt, it counts as prompt (it leaves `max_tokens` for the rest: fewer).
+    tokens.extend_from_slice(&lead);
+    let max_new =
+        (generation.sampling.max_tokens as usize).min(limit - prompt_len - 1) - lead.len();
+
+    let started = std::time::Instant::now();
+    let reused = cache.prepare(ctx, &tokens);
+    let step = if generation.sampling.max_tokens == 0 {
+        WARM_CHUNK
+    } else {
+        PROMPT_CHUNK
+    };
+    let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
+    for (chunk_index, chunk) in tokens[reused..].chunks(step).enumerate() {
+        let base = reused + chunk_index * step;
+        if chunk_index > 0 && abandoned() {
+            // Counted as evaluated when the prompt was prepared; the rest never was.
+            cache
+                .counters
+                .evaluated
+                .fetch_sub((tokens.len() - base) as u64, Ordering::Relaxed);
+            return Err(spent(
+                LlmError::Cancelled {
+                    usage: Usage::default(),
+                },
+                tokens.len(),
+                0,
+            ));
+        }
+        batch.clear();
+        for (i, &t) in chunk.iter().enumerate() {
+            let last = base + i == tokens.len() - 1;
+            batch
+                .add(t, (base + i) as i32, &[0], last)
+                .map_err(engine)?;
+        }
+        cache.decode(ctx, &mut batch, chunk)?;
+    }
+    tracing::debug!(
+        prompt = prompt_len,
+        lead = lead.len(),
+        reused,
+        kept = cache.saved.len(),
+        kept_mib = cache.bytes >> 20,
+        ms = started.elapsed().as_millis() as u64,
+        "prompt evaluated"
+    );
+
+    let s = &generation.sampling;
+
+    let markers: &[&str] = if generation.tools.is_empty() {
+        &[]
+    } else {
+        &[TOOL_OPEN]
+    };
+    let mut gate = StreamGate::new(&s.stop, markers);
+    let mut pending = Vec::new();
+    let mut produced = 0usize;
+    let mut finish = FinishReason::Length;
+    let mut pos = tokens.len() as i32;
+    // The answer so far without its white space, and the odds taken in it, when odds are
+    // asked for.
+    let mut answer = String::new();
+    let mut odds = Vec::new();
+    // A stop string within the answer's start (a client's schema and stop strings) ends the
+    // answer there, as one the model wrote would.
+    let mut stopped_in_lead = false;
+    let weighed = generation.odds.is_some();
+    if !lead.is_empty() {
+        for &token in &lead {
+            pending.extend(vocab.token_to_piece(token, false, None));
+        }
+        let text = take_utf8(&mut pending);
+        if shown(&text, weighed.then_some(&mut answer), &mut gate, deltas)
+            .map_err(|e| spent(e, tokens.len(), produced))?
+        {
+            finish = FinishReason::Stop;
+            stopped_in_lead = true;
+        }
+    }
+    // Drafting: only greedy decoding under a grammar, whose every token is the model's own
+    // best, checks a draft by picking as usual from each drafted token's logits.
+    let drafting = draft_tokens > 0 && matches!(picker, Picker::GreedyGrammar(_));
+    // The prompt and the answer so far, where drafts are looked up.
+    let mut seen: Vec<LlamaToken> = if drafting { tokens.clone() } else { Vec::new() };
+    // Batch entry whose logits give the next token, and the drafted tokens evaluated after
+    // it (in the context at `pos` on), not yet confirmed.
+    let mut at = batch.n_tokens() - 1;
+    let mut drafted: VecDeque<LlamaToken> = VecDeque::new();
+    let (mut checked, mut confirmed, mut evaluations) = (0usize, 0usize, 0usize);
+    while !stopped_in_lead && produced < max_new {
+        if abandoned() {
+            return Err(spent(
+                LlmError::Cancelled {
+                    usage: Usage::default(),
+                },
+                tokens.len(),
+                produced,
+            ));
+        }
+        // At a point where words are weighed, the first token of the likeliest word other than
+        // one the model gave less than its floor, to be written instead of the model's pick.
+        let mut instead = None;
+        if let Some(wanted) = &generation.odds {
+            if !wanted.after.is_empty() && answer.ends_with(&wanted.after) {
+                if let Some(weighed) = picker.weigh(ctx, at, &vocab, &wanted.words) {
+                    instead = wanted
+                        .floor
+                        .filter(|&(word, least)| weighed.odds.get(word).is_some_and(|p| *p < least))
+                        .and_then(|(word, _)| weighed.first_other_than(word));
+                    odds.push(weighed.odds);
+                    if wanted.only {
+                        finish = FinishReason::Stop;
+                        break;
+                    }
+                }
+            }
+        }
+        let token = match instead {
+            Some(token) => picker.accept(token),
+            None => picker.pick(ctx, at),
+        };
+        if vocab.is_eog(token) {
+            finish = FinishReason::Stop;
+            break;
+        }
+        produced += 1;
+        pending.extend(vocab.token_to_piece(token, false, None));
+        let text = take_utf8(&mut pending);
+        if shown(&text, weighed.then_some(&mut answer), &mut gate, deltas)
+            .map_err(|e| spent(e, tokens.len(), produced))?
+        {
+            finish = FinishReason::Stop;
+            break;
+        }
+        if drafting {
+            seen.push(token);
+        }
+        // The draft's next token is this one: already evaluated, its logits come next.
+        if drafted.front() == Some(&token) {
+            drafted.pop_front();
+            confirmed += 1;
+            at += 1;
+            pos += 1;
+            continue;
+        }
+        if !drafted.is_empty() {
+            cache.truncate(ctx, pos as usize)?;
+            drafted.clear();
+        }
+        let ahead = if drafting {
+            draft(&seen, draft_tokens.min(max_new - produced))
+        } else {
+            Vec::new()
+        };
+        checked += ahead.len();
+        evaluations += 1;
+        batch.clear();
+        batch.add(token, pos, &[0], true).map_err(engine)?;
+        for (i, &t) in ahead.iter().enumerate() {
+            batch
+                .add(t, pos + 1 + i as i32, &[0], true)
+                .map_err(engine)?;
+        }
+        let mut added = vec![token];
+        added.extend_from_slice(&ahead);
+        cache.decode(ctx, &mut batch, &added)?;
+        pos += 1;
+        at = 0;
+        drafted = ahead.into();
+    }
+    // Drafted tokens past the answer's end are not part of what the context holds.
+    if !drafted.is_empty() {
+        cache.truncate(ctx, pos as usize)?;
+    }
+    if drafting {
+        let counters = &cache.counters;
+        counters
+            .drafted
+            .fetch_add(checked as u64, Ordering::Relaxed);
+        counters
+            .confirmed
+            .fetch_add(confirmed as u64, Ordering::Relaxed);
+        tracing::debug!(
+            drafted = checked,
+            confirmed,
+            evaluations,
+            "drafted tokens checked"
+        );
+    }
+    tracing::debug!(
+        produced,
+        ms = started.elapsed().as_millis() as u64,
+        "generation done"
+    );
+    let tail = gate.finish();
+    if !tail.is_empty() {
+        if let Some(tx) = deltas {
+            send_delta(tx, tail).map_err(|e| spent(e, tokens.len(), produced))?;
+        }
+    }
+    let (text, tool_calls) = split_tool_calls(gate.text());
+    if !tool_calls.is_empty() {
+        finish = FinishReason::ToolCalls;
+    }
+    Ok(Completion {
+        text,
+        odds,
+        tool_calls,
+        usage: Usage {
+            prompt_tokens: tokens.len() as u64,
+            completion_tokens: produced as u64,
+            total_tokens: (tokens.len() + produced) as u64,
+        },
+        finish,
+    })
+}
+
+/// A cancellation carries what the prompt and the tokens produced so far cost.
+pub(super) fn spent(e: LlmError, prompt: usize, produced: usize) -> LlmError {
+    match e {
+        LlmError::Cancelled { .. } => LlmError::Cancelled {
+            usage: Usage {
+                prompt_tokens: prompt as u64,
+                completion_tokens: produced as u64,
+                total_tokens: (prompt + produced) as u64,
+            },
+        },
+        other => other,
+    }
+}

@@ -1,0 +1,197 @@
+//! Analysis profiles: intent, BANT and NEAT-P. Each is a prompt, a JSON schema and worked
+//! examples (files in `src/llm/profiles/`): the prompt goes in the system message, the examples
+//! are earlier user/assistant turns, and the transcript is the last user message ([`Layout`]: a
+//! file's three analyses share one prompt that names the task at its end; a live call's intent
+//! has the intent profile's alone). The model's output is constrained by the schema (a grammar
+//! on the embedded model, `response_format` upstream), so it always parses. Evidence quotes are
+//! then looked up in the transcript: those whose words were not said there are dropped, and a
+//! status left without evidence steps down. Each quote left is sorted by topic in a short
+//! request of its own (`check`): one about something other than its field is dropped, or
+//! replaced by the buyer's sentence the field's summary speaks of. A transcript too long for
+//! the model's window loses lines from its middle.
+//!
+//! The embedded model keeps evaluated prompts for reuse (`embedded::PrefixCache`): the
+//! instructions and examples are evaluated once, a file's transcript once for its three
+//! analyses, and on a live call each `analyze` evaluates only the part of the transcript that
+//! is new since the call's last analysis or prefill.
+
+use std::sync::Arc;
+
+use callstream_actors::call::{IntentClassifier, IntentFuture};
+use serde_json::Value;
+
+use super::{LlmError, Provider, Usage};
+
+mod catalogue;
+mod check;
+mod evidence;
+mod fit;
+mod layout;
+mod odds;
+#[cfg(test)]
+mod tests;
+
+#[allow(unused_imports)]
+use self::{catalogue::*, evidence::*, fit::*, layout::*, odds::*};
+pub use catalogue::{
+    intent_labels, no_speech_record, profile, profile_for, Confidence, Example, Profile,
+    ProfileKind,
+};
+pub use check::Checked;
+pub use evidence::verify_evidence;
+pub use layout::{messages, warm_ups, Layout, FILE_LAYOUT, LIVE_LAYOUT};
+
+/// Runs a profile over `transcript` (one line per utterance, `Speaker: text`). A transcript
+/// in which nobody said anything gets [`no_speech_record`] without asking the model, which
+/// would otherwise invent an answer.
+///
+/// `seller` is the speaker label of the selling side (the agent), if the transcript has one:
+/// what they say is not evidence of the buyer's budget, authority, need, timeline, economic
+/// impact or priority (see [`verify_evidence`]).
+pub async fn analyse(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    layout: Layout,
+    transcript: &str,
+    seller: Option<&str>,
+) -> Result<(Value, Usage), LlmError> {
+    analyse_checked(provider, kind, layout, transcript, seller)
+        .await
+        .map(|a| (a.record, a.usage))
+}
+
+/// [`analyse`], also telling how many evidence quotes the model gave and kept.
+pub async fn analyse_checked(
+    provider: &dyn Provider,
+    kind: ProfileKind,
+    layout: Layout,
+    transcript: &str,
+    seller: Option<&str>,
+) -> Result<Analysis, LlmError> {
+    let spoken = transcript.lines().any(|l| {
+        l.split_once(": ")
+            .map_or(!l.trim().is_empty(), |(_, text)| !text.trim().is_empty())
+    });
+    if !spoken {
+        return Ok(Analysis {
+            record: no_speech_record(kind),
+            usage: Usage::default(),
+            quotes: Quotes::default(),
+            checked: Checked::default(),
+        });
+    }
+    let mut completion = generate_fitted(provider, kind, layout, transcript, seller).await?;
+    let mut value = parse_answer(kind, &completion)?;
+    tracing::debug!(?kind, answer = %completion.text.trim(), odds = ?completion.odds, "analysis answered");
+    let (quotes, checked) = if kind == ProfileKind::Intent {
+        weigh_intents(&mut value, &completion.odds);
+        Default::default()
+    } else {
+        let quotes = verify_evidence(&mut value, transcript, seller);
+        let pushed = pushed_past_not_found(&completion.odds);
+        let doubted: Vec<bool> = summarised_as_an_example(&value)
+            .into_iter()
+            .enumerate()
+            .map(|(i, copied)| copied || pushed.get(i).copied().unwrap_or(false))
+            .collect();
+        let checked =
+            check::check_findings(provider, kind, &mut value, transcript, seller, &doubted).await?;
+        completion.usage += checked.usage;
+        // After the checks, so that a field they left not_found gets that status's probability.
+        weigh_statuses(&mut value, &completion.odds);
+        (quotes, checked)
+    };
+    Ok(Analysis {
+        record: value,
+        usage: completion.usage,
+        quotes,
+        checked,
+    })
+}
+
+/// The record in `completion`'s text.
+fn parse_answer(kind: ProfileKind, completion: &super::Completion) -> Result<Value, LlmError> {
+    serde_json::from_str(completion.text.trim()).map_err(|e| {
+        let tail: String = completion
+            .text
+            .chars()
+            .rev()
+            .take(200)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        LlmError::Engine(format!(
+            "the {kind:?} analysis is not valid JSON ({e}; {:?}, ends {tail:?})",
+            completion.finish
+        ))
+    })
+}
+
+/// Evidence quotes of a record: how many the model gave, how many of them occur verbatim in
+/// the transcript, and how many more were near-verbatim and replaced by the words said (the
+/// others are dropped).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotes {
+    /// Quotes the model gave.
+    pub given: usize,
+    /// Of those, quotes found in the transcript.
+    pub verbatim: usize,
+    /// Of those, quotes not found as given but aligned to what was said (see
+    /// [`verify_evidence`]).
+    pub aligned: usize,
+}
+
+/// The result of one analysis.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    /// The record (quotes checked).
+    pub record: Value,
+    /// Tokens spent.
+    pub usage: Usage,
+    /// The evidence quotes, before the check.
+    pub quotes: Quotes,
+    /// What the check of the evidence by topic did (BANT and NEAT-P).
+    pub checked: Checked,
+}
+
+/// The intent profile of the language model, as the engine's [`IntentClassifier`].
+pub struct LlmIntent {
+    provider: Arc<dyn Provider>,
+}
+
+impl LlmIntent {
+    /// Classifies with `provider`.
+    pub fn new(provider: Arc<dyn Provider>) -> Self {
+        Self { provider }
+    }
+}
+
+impl IntentClassifier for LlmIntent {
+    fn classify(&self, transcript: String) -> IntentFuture {
+        let provider = self.provider.clone();
+        Box::pin(async move {
+            analyse(
+                provider.as_ref(),
+                ProfileKind::Intent,
+                LIVE_LAYOUT,
+                &transcript,
+                None,
+            )
+            .await
+            .map(|(value, _usage)| value)
+            .map_err(|e| e.to_string())
+        })
+    }
+
+    /// The call's intent prompt so far, for the model to evaluate while it is idle: the next
+    /// `classify` of this call then evaluates only what was said since.
+    fn prefill(&self, transcript: String) {
+        self.provider.prefill(messages(
+            ProfileKind::Intent,
+            LIVE_LAYOUT,
+            Confidence::of(self.provider.as_ref()),
+            &transcript,
+        ));
+    }
+}

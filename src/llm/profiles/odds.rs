@@ -1,0 +1,131 @@
+//! Confidence from the model's own odds: how likely it found each intent and each status at
+//! the points of its answer where it wrote them.
+
+use serde_json::Value;
+
+use super::*;
+
+/// The intent label for a contact none of the others fits.
+pub(super) const NO_FIT: &str = "other";
+
+/// Least probability at which the model may write [`NO_FIT`] as an intent; below, it writes
+/// the likeliest of the other labels there (the floor of the intent point's odds). The model
+/// also picks `other` when it cannot tell which label fits (a prospect it is unsure is a
+/// customer, a transcript with misheard words), and then with a probability that says so: on
+/// the labelled set, the calls that are `other` got 0.50 to 0.82, the ones it put there
+/// wrongly 0.20 to 0.39 (docs/benchmarks.md).
+pub(super) const NO_FIT_SURE: f32 = 0.4;
+
+/// Least probability of an intent said to be `high` confidence, and of one said to be
+/// `medium` (below, `low`). On the labelled set, transcribed, the main intents the model gave
+/// at 0.8 or more were all right, those at 0.5 to 0.8 11 in 12, those below 0.5 8 in 15 (see
+/// docs/benchmarks.md).
+pub(super) const INTENT_SURE: [f32; 2] = [0.8, 0.5];
+
+/// Sets each intent's `confidence` from the probability the model gave its label where it
+/// wrote it (`odds`, one point per intent, in order): `high`, `medium` or `low` by
+/// [`INTENT_SURE`]. The confidence the model writes itself copies its worked examples. Where
+/// the model would have written [`NO_FIT`] (the likeliest word there) but was held below
+/// [`NO_FIT_SURE`], the label written instead is weighed among the labels other than
+/// `other`, as the choice it was. Left as it is when the odds do not fit the record (an
+/// upstream model gives none).
+pub(super) fn weigh_intents(record: &mut Value, odds: &[Vec<f32>]) {
+    let labels = intent_labels();
+    let no_fit = labels.iter().position(|l| l == NO_FIT);
+    let Some(intents) = record["intents"].as_array_mut() else {
+        return;
+    };
+    if intents.len() != odds.len() || odds.iter().any(|p| p.len() != labels.len()) {
+        return;
+    }
+    for (intent, p) in intents.iter_mut().zip(odds) {
+        let Some(at) = intent["intent"]
+            .as_str()
+            .and_then(|label| labels.iter().position(|l| l == label))
+        else {
+            continue;
+        };
+        let mut p_at = p[at];
+        if let Some(no_fit) = no_fit.filter(|&i| i != at) {
+            let held_back = p[no_fit] < NO_FIT_SURE && p.iter().all(|other| *other <= p[no_fit]);
+            if held_back {
+                p_at /= 1.0 - p[no_fit];
+            }
+        }
+        let level = match p_at {
+            p if p >= INTENT_SURE[0] => "high",
+            p if p >= INTENT_SURE[1] => "medium",
+            _ => "low",
+        };
+        intent["confidence"] = Value::from(level);
+    }
+}
+
+/// Where the model is about to write an intent in an intent answer.
+pub(super) const INTENT_AT: &str = "\"intent\":\"";
+
+/// The statuses of a BANT or NEAT-P field, in the schemas' order.
+pub(super) const STATUSES: [&str; 3] = ["identified", "partial", "not_found"];
+/// Where the model is about to write a field's status in a BANT or NEAT-P answer.
+pub(super) const STATUS_AT: &str = "\"status\":\"";
+
+/// Least probability at which the model may write `not_found` for a BANT or NEAT-P field;
+/// below, it writes the likelier of the other two statuses and backs the field with what it
+/// finds, and the evidence check holds that field to a stricter standard (see
+/// [`check::check_findings`]). Reading a whole call, the model called fields the buyer spoke
+/// of `not_found` at 0.52 to 0.90 ("I make all the purchasing decisions myself": 0.80), as
+/// sure as it was of fields nobody spoke of (0.46 to 0.97), so its status alone cannot tell
+/// them apart; a quote sorted by topic on its own can (docs/benchmarks.md).
+pub(super) const NOT_FOUND_SURE: f32 = 0.95;
+
+/// For each field of a BANT or NEAT-P answer, given the status odds where it was written,
+/// whether the model would have written `not_found` there but was held back by
+/// [`NOT_FOUND_SURE`]: `not_found` was the likeliest status, yet below that probability.
+pub(super) fn pushed_past_not_found(odds: &[Vec<f32>]) -> Vec<bool> {
+    let last = STATUSES.len() - 1;
+    odds.iter()
+        .map(|p| {
+            p.len() == STATUSES.len()
+                && p[last] < NOT_FOUND_SURE
+                && p[..last].iter().all(|other| *other <= p[last])
+        })
+        .collect()
+}
+
+/// Sets each field's confidence to the probability the model gave its status, when the model
+/// reported one per field (`odds`: for each field in the record's order, the probabilities of
+/// [`STATUSES`] where it wrote the status). A model's own "confidence" number copies what its
+/// examples show (0.9 identified, 0.6 partial); this one says how sure it was. A field whose
+/// status the evidence checks stepped down (quotes not said, or about something else) gets the
+/// probability of the status it ended with.
+/// Left as it is when the counts differ (an upstream model, a status written otherwise). A
+/// field that has no confidence then (one the model was not asked to write,
+/// [`Confidence::Weighed`], and whose status was not weighed) gets 0: nothing says how sure
+/// the model was of it.
+pub(super) fn weigh_statuses(record: &mut Value, odds: &[Vec<f32>]) {
+    let Some(fields) = record.as_object_mut() else {
+        return;
+    };
+    let fits = odds.len() == fields.len() && odds.iter().all(|p| p.len() == STATUSES.len());
+    for (i, field) in fields.values_mut().enumerate() {
+        let Some(f) = field.as_object_mut() else {
+            continue;
+        };
+        let status = f.get("status").and_then(Value::as_str).unwrap_or_default();
+        let weighed = STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .filter(|_| fits)
+            .map(|at| (f64::from(odds[i][at]).clamp(0.0, 1.0) * 100.0).round() / 100.0);
+        match weighed {
+            Some(sure) => {
+                f.insert("confidence".into(), Value::from(sure));
+            }
+            None if !f.contains_key("confidence") => {
+                tracing::warn!(status, "a field's status was not weighed: confidence 0");
+                f.insert("confidence".into(), Value::from(0.0));
+            }
+            None => {}
+        }
+    }
+}
