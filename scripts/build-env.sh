@@ -1,10 +1,7 @@
 # Sourced by the scripts that build or run the build (build.sh, test.sh, install.sh, callstream).
 #
 # Exports CARGO_TARGET_DIR: the one target directory every clone on this machine shares, so the
-# C++ engines are compiled once per machine, and creates it. A build with the opt-in AMX attention
-# kernel (GGML_CALLSTREAM_AMX_ATTENTION on, see scripts/cmake/llama-cpp.cmake) gets a directory of
-# its own: llama.cpp's CMake is configured once per directory, so the switch cannot change a
-# directory already built without it.
+# C++ engines are compiled once per machine, and creates it.
 #
 # Exports CMAKE_PROJECT_INCLUDE (llama.cpp's CMake include, see .cargo/config.toml) as a copy of
 # scripts/cmake kept in the target directory. llama.cpp's CMake records the include's path when it
@@ -12,12 +9,7 @@
 # clone building with the first one's include, or failing once that clone is deleted. The copy
 # has one path for the life of the target directory, and is brought up to date here, so CMake
 # sees a changed include when it next checks its build system.
-case "$(echo "${GGML_CALLSTREAM_AMX_ATTENTION:-off}" | tr '[:upper:]' '[:lower:]')" in
-    on | 1 | true | yes | y) callstream_target="$HOME/.cache/callstream/target-amx-attention" ;;
-    *) callstream_target="$HOME/.cache/callstream/target" ;;
-esac
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$callstream_target}"
-unset callstream_target
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/callstream/target}"
 mkdir -p "$CARGO_TARGET_DIR/callstream-cmake"
 callstream_cmake_from="$(dirname "${BASH_SOURCE[0]}")/cmake"
 for callstream_file in "$CARGO_TARGET_DIR/callstream-cmake"/*; do
