@@ -13,24 +13,19 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=CMAKE_PROJECT_INCLUDE");
-    let cache = std::env::var("DEP_LLAMA_BACKENDS_DIR")
+    println!("cargo:rerun-if-env-changed=DEP_LLAMA_BACKENDS_DIR");
+    println!("cargo:rerun-if-env-changed=DEP_DNNL_LIBRARY_PATH");
+    // llama-cpp-sys-2's install directory: `backends`, `lib` and CMake's `build` are in it.
+    let llama = std::env::var("DEP_LLAMA_BACKENDS_DIR")
         .ok()
-        .and_then(|backends| {
-            let out = Path::new(&backends).parent()?.to_path_buf();
-            std::fs::read_to_string(out.join("build/CMakeCache.txt")).ok()
-        })
-        .unwrap_or_default();
-    let cached = |name: &str| {
-        cache.lines().find_map(|line| {
-            let (key, value) = line.split_once('=')?;
-            (key.split(':').next() == Some(name)).then(|| value.to_owned())
-        })
-    };
-    if let (Some(asked), Some(built)) = (
-        std::env::var("CMAKE_PROJECT_INCLUDE").ok(),
-        cached("CMAKE_PROJECT_INCLUDE"),
-    ) {
-        if Path::new(&asked) != Path::new(&built) {
+        .and_then(|backends| Path::new(&backends).parent().map(Path::to_path_buf));
+    if let (Some(out), Ok(asked)) = (&llama, std::env::var("CMAKE_PROJECT_INCLUDE")) {
+        let cache = std::fs::read_to_string(out.join("build/CMakeCache.txt")).unwrap_or_default();
+        let built = cache
+            .lines()
+            .find_map(|line| line.strip_prefix("CMAKE_PROJECT_INCLUDE:"))
+            .and_then(|entry| entry.split_once('=').map(|(_, path)| path));
+        if let Some(built) = built.filter(|built| Path::new(built) != Path::new(&asked)) {
             println!(
                 "cargo:warning=llama.cpp in this target directory reads its CMake include from \
                  {built}, not {asked}: it was configured from another place (see \
@@ -39,10 +34,7 @@ fn main() {
         }
     }
     let mut path = vec!["$ORIGIN".to_owned(), "$ORIGIN/../lib/callstream".to_owned()];
-    if let Some(out) = std::env::var("DEP_LLAMA_BACKENDS_DIR")
-        .ok()
-        .and_then(|backends| Path::new(&backends).parent().map(Path::to_path_buf))
-    {
+    if let Some(out) = &llama {
         for lib in ["lib", "lib64"] {
             let dir = out.join(lib);
             if dir.is_dir() {

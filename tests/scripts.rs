@@ -72,6 +72,30 @@ fi
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// A new checkout in a temporary directory, with the stand-in `cargo` and its log beside it.
+struct Sandbox {
+    dir: tempfile::TempDir,
+    repo: PathBuf,
+    log: PathBuf,
+    bin: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = checkout(dir.path());
+        let log = dir.path().join("cargo.log");
+        let bin = dir.path().join("bin");
+        fake_cargo(&bin, &log);
+        Self {
+            dir,
+            repo,
+            log,
+            bin,
+        }
+    }
+}
+
 fn run(
     repo: &Path,
     script: &str,
@@ -94,11 +118,12 @@ fn run(
 
 #[test]
 fn the_test_command_reaches_cargo_test_from_a_new_checkout() {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = checkout(dir.path());
-    let log = dir.path().join("cargo.log");
-    let bin = dir.path().join("bin");
-    fake_cargo(&bin, &log);
+    let Sandbox {
+        dir,
+        repo,
+        log,
+        bin,
+    } = Sandbox::new();
     let target = dir.path().join("no/such/target");
     let out = run(&repo, "scripts/test.sh", &[], &bin, &target);
     let calls = std::fs::read_to_string(&log).unwrap_or_default();
@@ -126,11 +151,12 @@ fn the_test_command_reaches_cargo_test_from_a_new_checkout() {
 fn the_serve_command_builds_then_starts_the_binary_from_a_new_checkout() {
     // scripts/serve.sh is setup.sh (default models, which the test machine need not have), then
     // build.sh, then the binary; the part after setup runs here.
-    let dir = tempfile::tempdir().unwrap();
-    let repo = checkout(dir.path());
-    let log = dir.path().join("cargo.log");
-    let bin = dir.path().join("bin");
-    fake_cargo(&bin, &log);
+    let Sandbox {
+        dir,
+        repo,
+        log,
+        bin,
+    } = Sandbox::new();
     let target = dir.path().join("no/such/target");
     let out = run(&repo, "scripts/build.sh", &[], &bin, &target);
     assert!(
@@ -177,11 +203,12 @@ fn serve_sh_is_setup_then_build_then_the_binary() {
 /// that resolve and everything else stay.
 #[test]
 fn a_used_target_directory_is_readied_for_llama_cpp_sys_2() {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = checkout(dir.path());
-    let log = dir.path().join("cargo.log");
-    let bin = dir.path().join("bin");
-    fake_cargo(&bin, &log);
+    let Sandbox {
+        dir,
+        repo,
+        log,
+        bin,
+    } = Sandbox::new();
     let target = dir.path().join("target");
     let release = target.join("release");
     std::fs::create_dir_all(release.join("deps")).unwrap();
