@@ -6,8 +6,8 @@
 //! that the libraries find each other through it too.
 //!
 //! Also warns when llama.cpp's CMake in this target directory was configured with another
-//! include than the one the build asks for (see scripts/build-env.sh): CMake records the path
-//! once per directory.
+//! include than the one the build asks for: CMake records the path once per directory, and
+//! scripts/build-env.sh corrects it, so only a build run without the scripts sees this.
 
 use std::path::Path;
 

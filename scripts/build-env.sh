@@ -23,6 +23,16 @@ for callstream_file in "$callstream_cmake_from"/*; do
 done
 unset callstream_cmake_from callstream_file
 export CMAKE_PROJECT_INCLUDE="$CARGO_TARGET_DIR/callstream-cmake/llama-cpp.cmake"
+# A llama.cpp build directory configured before this arrangement (or from a clone's own
+# scripts/cmake) keeps that first path in its CMakeCache.txt, and fails once that clone is gone.
+# The entry is pointed at the copy; CMake configures again the next time it builds there.
+for callstream_cache in "$CARGO_TARGET_DIR"/*/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do
+    [ -f "$callstream_cache" ] || continue
+    # Rewritten only when it differs: a touched cache makes CMake configure again.
+    [ "$(sed -n 's/^CMAKE_PROJECT_INCLUDE:[A-Z]*=//p' "$callstream_cache")" = "$CMAKE_PROJECT_INCLUDE" ] ||
+        sed -i "s|^CMAKE_PROJECT_INCLUDE:\([A-Z]*\)=.*|CMAKE_PROJECT_INCLUDE:\1=$CMAKE_PROJECT_INCLUDE|" "$callstream_cache"
+done
+unset callstream_cache
 
 # llama-cpp-sys-2 (0.1.161) hard-links llama.cpp's `lib*.so` names into the target directory, and
 # those names are symlinks to versioned files it does not link, so they point nowhere there. When

@@ -198,7 +198,8 @@ fn serve_sh_is_setup_then_build_then_the_binary() {
 }
 
 /// A target directory an earlier build left: llama.cpp's CMake include is refreshed in the copy
-/// the build points at, and the `lib*.so` links llama-cpp-sys-2 left pointing nowhere (which
+/// the build points at, a build directory CMake configured with another include path is pointed
+/// at the copy, and the `lib*.so` links llama-cpp-sys-2 left pointing nowhere (which
 /// make its build script fail with "File exists" when it runs again) are gone, while links
 /// that resolve and everything else stay.
 #[test]
@@ -206,7 +207,7 @@ fn a_used_target_directory_is_readied_for_llama_cpp_sys_2() {
     let Sandbox {
         dir,
         repo,
-        log,
+        log: _,
         bin,
     } = Sandbox::new();
     let target = dir.path().join("target");
@@ -220,6 +221,25 @@ fn a_used_target_directory_is_readied_for_llama_cpp_sys_2() {
     std::fs::write(release.join("libkept.so.1"), "").unwrap();
     std::os::unix::fs::symlink("libkept.so.1", release.join("libkept.so")).unwrap();
     std::os::unix::fs::symlink("nowhere", release.join("other-link")).unwrap();
+    // One llama.cpp build directory configured from a clone since deleted, one already right.
+    let include = target.join("callstream-cmake/llama-cpp.cmake");
+    let cache = |name: &str, path: &str| {
+        let dir = release.join("build").join(name).join("out/build");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("CMakeCache.txt");
+        std::fs::write(
+            &file,
+            format!("A:BOOL=ON\nCMAKE_PROJECT_INCLUDE:UNINITIALIZED={path}\nB:STRING=x\n"),
+        )
+        .unwrap();
+        file
+    };
+    let stale = cache(
+        "llama-cpp-sys-2-1",
+        "/gone/clone/scripts/cmake/llama-cpp.cmake",
+    );
+    let right = cache("llama-cpp-sys-2-2", &include.display().to_string());
+    let right_written = std::fs::metadata(&right).unwrap().modified().unwrap();
     let out = run(&repo, "scripts/build.sh", &[], &bin, &target);
     assert!(
         out.status.success(),
@@ -236,4 +256,15 @@ fn a_used_target_directory_is_readied_for_llama_cpp_sys_2() {
         std::fs::read(root().join("scripts/cmake/llama-cpp.cmake")).unwrap()
     );
     assert!(!exists(&target.join("callstream-cmake/gone.cpp")));
+    let wanted = format!(
+        "A:BOOL=ON\nCMAKE_PROJECT_INCLUDE:UNINITIALIZED={}\nB:STRING=x\n",
+        include.display()
+    );
+    assert_eq!(std::fs::read_to_string(&stale).unwrap(), wanted);
+    assert_eq!(std::fs::read_to_string(&right).unwrap(), wanted);
+    // A cache already right is left alone: touching it would make CMake configure again.
+    assert_eq!(
+        std::fs::metadata(&right).unwrap().modified().unwrap(),
+        right_written
+    );
 }
