@@ -1,5 +1,7 @@
 //! The costs on every request and every charge: resolving an API key (hash + two lookups),
-//! the GCRA rate check, and a durable ledger append (transaction + flush to disk).
+//! the GCRA rate check, and a durable ledger append (transaction + flush to disk). The store is
+//! async, so each call runs to its end on a tokio runtime, as a request's would (sled's calls
+//! on the runtime's blocking threads).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,13 +21,15 @@ struct Parts {
     store: Arc<dyn callstream::store::Store>,
 }
 
-fn parts(dir: &std::path::Path) -> Parts {
+fn parts(runtime: &tokio::runtime::Runtime, dir: &std::path::Path) -> Parts {
     let env = [(
         "CALLSTREAM_STORAGE__DATA_DIR".to_owned(),
         dir.display().to_string(),
     )];
     let config = Arc::new(Config::load_with_env(None, env).expect("config"));
-    let opened = open_store(&config.storage).expect("store");
+    let opened = runtime
+        .block_on(open_store(&config.storage))
+        .expect("store");
     let store = opened.store;
     Parts {
         admin: Admin::new(config.clone(), store.clone(), opened.shared.clone()),
@@ -41,23 +45,22 @@ fn parts(dir: &std::path::Path) -> Parts {
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let app = parts(dir.path());
-    let AdminResponse::Org(org) = app
-        .admin
-        .execute(AdminRequest::OrgCreate {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let app = parts(&runtime, dir.path());
+    let AdminResponse::Org(org) = runtime
+        .block_on(app.admin.execute(AdminRequest::OrgCreate {
             name: "Bench".into(),
             plan: Some("enterprise".into()),
-        })
+        }))
         .unwrap()
     else {
         unreachable!("org create answers with the org")
     };
-    let AdminResponse::KeyCreated { secret, .. } = app
-        .admin
-        .execute(AdminRequest::KeyCreate {
+    let AdminResponse::KeyCreated { secret, .. } = runtime
+        .block_on(app.admin.execute(AdminRequest::KeyCreate {
             org: org.id.clone(),
             name: None,
-        })
+        }))
         .unwrap()
     else {
         unreachable!("key create answers with the key")
@@ -67,8 +70,8 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("authenticate", |b| {
         b.iter(|| {
-            app.auth
-                .authenticate(black_box(Some(secret.as_str())))
+            runtime
+                .block_on(app.auth.authenticate(black_box(Some(secret.as_str()))))
                 .unwrap()
         })
     });
@@ -91,8 +94,8 @@ fn bench(c: &mut Criterion) {
     group.sample_size(20);
     group.bench_function("record_durable", |b| {
         b.iter(|| {
-            store
-                .record(black_box(&UsageEvent {
+            runtime
+                .block_on(store.record(black_box(&UsageEvent {
                     org_id: org.id.clone(),
                     key_id: "key_bench".into(),
                     end_user: None,
@@ -101,7 +104,7 @@ fn bench(c: &mut Criterion) {
                     source: UsageSource::Chat,
                     at_ms: callstream::clock::now_ms(),
                     call_id: None,
-                }))
+                })))
                 .unwrap()
         })
     });
@@ -125,7 +128,9 @@ fn bench(c: &mut Criterion) {
                     call_id: Some(format!("call_{i}")),
                 })
                 .collect();
-            store.checkpoint(black_box(&totals)).unwrap()
+            runtime
+                .block_on(store.checkpoint(black_box(&totals)))
+                .unwrap()
         })
     });
     group.finish();

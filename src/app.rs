@@ -78,15 +78,67 @@ impl App {
         }
     }
 
-    /// Opens the store and reads the speech model's languages.
-    pub fn open(config: Config) -> Result<Self, OpenError> {
-        let config = Arc::new(config);
-        let languages = model_languages(&config.models.whisper)?;
-        let opened = crate::store::open(&config.storage)?;
-        opened.shared.start_instance();
+    /// The service on the engines `config` names: [`App::builder`] with nothing injected.
+    pub async fn open(config: Config) -> Result<Self, OpenError> {
+        Self::builder(config).open().await
+    }
+
+    /// Puts the service together; the speech engine and the language model default to the
+    /// ones `config` names, and may be given instead (tests give in-memory ones).
+    pub fn builder(config: Config) -> AppBuilder {
+        AppBuilder {
+            config,
+            speech: None,
+            llm: None,
+        }
+    }
+}
+
+/// Puts an [`App`] together: see [`App::builder`].
+pub struct AppBuilder {
+    config: Config,
+    speech: Option<(callstream_actors::asr::pool::AsrPool, Vec<Language>)>,
+    llm: Option<Arc<dyn Provider>>,
+}
+
+impl AppBuilder {
+    /// Transcribes with `pool` (its workers' engine), offering `languages`, instead of the
+    /// Whisper model of `models.whisper`.
+    pub fn speech(
+        mut self,
+        pool: callstream_actors::asr::pool::AsrPool,
+        languages: Vec<Language>,
+    ) -> Self {
+        self.speech = Some((pool, languages));
+        self
+    }
+
+    /// Chats and analyses with `provider` instead of the model `llm.provider` names.
+    pub fn llm(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.llm = Some(provider);
+        self
+    }
+
+    /// Opens the store (announcing this instance to the others on it), starts what was not
+    /// given, and puts the service together.
+    pub async fn open(self) -> Result<App, OpenError> {
+        let config = Arc::new(self.config);
+        // What is quick to check first: the speech model is there, the store opens.
+        let languages = match &self.speech {
+            Some((_, given)) => given.clone(),
+            None => model_languages(&config.models.whisper)?,
+        };
+        let opened = crate::store::open(&config.storage).await?;
+        let llm = match self.llm {
+            Some(given) => given,
+            None => crate::llm::build_provider(&config)?,
+        };
+        let asr = Arc::new(match self.speech {
+            Some((given, _)) => given,
+            None => crate::speech::start_pool(&config, None)?,
+        });
+        opened.shared.start_instance().await;
         let store = opened.store.clone();
-        let llm = crate::llm::build_provider(&config)?;
-        let asr = Arc::new(crate::speech::start_pool(&config, None)?);
         let chat = ChatService::new(
             llm.clone(),
             ChatSettings {
@@ -98,7 +150,7 @@ impl App {
         );
         let quotas =
             crate::usage::Quotas::new(config.clone(), store.clone(), opened.shared.clone());
-        Ok(Self {
+        Ok(App {
             lifecycle: Arc::default(),
             slots: Arc::default(),
             sessions: Arc::new(crate::auth::sessions::Sessions::new(opened.shared.clone())),

@@ -106,10 +106,7 @@ async fn watch_revocations(
         if calls.running() == 0 {
             continue;
         }
-        let check = calls.clone();
-        let Ok(revoked) = tokio::task::spawn_blocking(move || check.revoked()).await else {
-            continue;
-        };
+        let revoked = calls.revoked().await;
         for (id, supervisor) in revoked {
             tracing::info!(call = %id, "connector revoked or organisation deleted: ending the call");
             let _ = supervisor.cast(CallMsg::Disconnect(DisconnectReason::Revoked));
@@ -261,7 +258,7 @@ impl Calls {
     }
 
     /// The calls whose connector is revoked or gone, or whose organisation is deleted or gone.
-    fn revoked(&self) -> Vec<(String, ActorRef<CallMsg>)> {
+    async fn revoked(&self) -> Vec<(String, ActorRef<CallMsg>)> {
         let calls: Vec<(String, Account, ActorRef<CallMsg>)> = self
             .running_calls()
             .iter()
@@ -272,18 +269,32 @@ impl Calls {
         let mut ended = Vec::new();
         for (id, account, supervisor) in calls {
             // A store error is not a revocation: the call goes on and the next check retries.
-            let connector_live = *connectors.entry(account.key_id.clone()).or_insert_with(|| {
-                self.store
-                    .connector(&account.key_id)
-                    .map(|c| c.is_some_and(|(c, _)| c.revoked_at_ms.is_none()))
-                    .unwrap_or(true)
-            });
-            let org_live = *orgs.entry(account.org_id.clone()).or_insert_with(|| {
-                self.store
-                    .org(&account.org_id)
-                    .map(|o| o.is_some_and(|o| !o.deleted))
-                    .unwrap_or(true)
-            });
+            let connector_live = match connectors.get(&account.key_id) {
+                Some(live) => *live,
+                None => {
+                    let live = self
+                        .store
+                        .connector(&account.key_id)
+                        .await
+                        .map(|c| c.is_some_and(|(c, _)| c.revoked_at_ms.is_none()))
+                        .unwrap_or(true);
+                    connectors.insert(account.key_id.clone(), live);
+                    live
+                }
+            };
+            let org_live = match orgs.get(&account.org_id) {
+                Some(live) => *live,
+                None => {
+                    let live = self
+                        .store
+                        .org(&account.org_id)
+                        .await
+                        .map(|o| o.is_some_and(|o| !o.deleted))
+                        .unwrap_or(true);
+                    orgs.insert(account.org_id.clone(), live);
+                    live
+                }
+            };
             if !(connector_live && org_live) {
                 ended.push((id, supervisor));
             }
@@ -295,7 +306,7 @@ impl Calls {
     /// exist, be live and belong to a live organisation, and the RFC 9421 signature must
     /// verify with its client secret. An unknown connector is verified with a random key, so
     /// it fails the same way and takes the same time as a bad signature.
-    pub fn authenticate(
+    pub async fn authenticate(
         &self,
         request: &RequestParts<'_>,
         now: i64,
@@ -315,10 +326,11 @@ impl Calls {
         };
         let found = self
             .store
-            .connector(&client_id)?
+            .connector(&client_id)
+            .await?
             .filter(|(c, _)| c.revoked_at_ms.is_none());
         let live_org = match &found {
-            Some((c, _)) => self.store.org(&c.org_id)?.is_some_and(|o| !o.deleted),
+            Some((c, _)) => self.store.org(&c.org_id).await?.is_some_and(|o| !o.deleted),
             None => false,
         };
         let decoy;
@@ -363,7 +375,11 @@ impl Calls {
             .unwrap_or(now)
             .saturating_add(policy.max_age_s.unwrap_or(0))
             .saturating_add(policy.skew_s);
-        if !self.nonces.check_and_insert(&client_id, &nonce, until)? {
+        if !self
+            .nonces
+            .check_and_insert(&client_id, &nonce, until)
+            .await?
+        {
             return Err(SignatureError::Replay.into());
         }
         Ok(Account {

@@ -295,18 +295,19 @@ pub async fn transcribe(
             };
             let reserved = payer
                 .auth
-                .reserve(&payer.caller, UsageKind::AudioMs, want, min, now);
+                .reserve(&payer.caller, UsageKind::AudioMs, want, min, now)
+                .await;
             match reserved {
                 Ok(r) => Some(r),
                 Err(AuthError::QuotaExhausted(_)) => {
-                    let left_ms =
-                        match payer
-                            .auth
-                            .allowance(&payer.caller, UsageKind::AudioMs, now)?
-                        {
-                            Allowance::Remaining(left) => left,
-                            Allowance::Unlimited => 0,
-                        };
+                    let left_ms = match payer
+                        .auth
+                        .allowance(&payer.caller, UsageKind::AudioMs, now)
+                        .await?
+                    {
+                        Allowance::Remaining(left) => left,
+                        Allowance::Unlimited => 0,
+                    };
                     return Err(FileError::QuotaTooSmall {
                         declared_ms,
                         left_ms,

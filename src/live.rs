@@ -112,7 +112,7 @@ impl LiveCalls {
     }
 
     /// The organisation's calls in progress, here and on the other instances, oldest first.
-    pub fn of_org(&self, org_id: &str) -> Vec<LiveCall> {
+    pub async fn of_org(&self, org_id: &str) -> Vec<LiveCall> {
         let mut list: Vec<LiveCall> = {
             let calls = self.calls.lock();
             calls
@@ -121,7 +121,7 @@ impl LiveCalls {
                 .cloned()
                 .collect()
         };
-        for remote in self.shared.remote_calls(org_id) {
+        for remote in self.shared.remote_calls(org_id).await {
             match serde_json::from_str::<LiveCall>(&remote.call) {
                 Ok(mut call) => {
                     call.org_id = org_id.to_owned();

@@ -276,9 +276,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn serve(config: Config) -> anyhow::Result<()> {
     let listen = config.server.listen;
     let drain = std::time::Duration::from_millis(config.server.drain_timeout_ms);
-    let app = App::open(config)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let app = App::open(config).await?;
         let server = server::start(app.clone(), listen).await?;
         // The first line on stdout says where to connect; scripts and tests read it.
         println!("callstream listening on http://{}", server.addr);
@@ -288,7 +288,7 @@ fn serve(config: Config) -> anyhow::Result<()> {
         }
         tracing::info!("shutting down");
         server.stop().await;
-        app.shared.stop_instance();
+        app.shared.stop_instance().await;
         // The model's thread ends before the process does (see `Provider::stop`).
         if !app.llm.stop(ENGINE_STOP_WAIT) {
             tracing::error!(
@@ -318,7 +318,7 @@ async fn drain_calls(app: &App, within: std::time::Duration, signals: &mut Signa
         "draining: no new calls or sessions; calls in progress run on"
     );
     app.lifecycle.drain();
-    app.shared.set_draining();
+    app.shared.set_draining().await;
     let deadline = tokio::time::Instant::now() + within;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     loop {

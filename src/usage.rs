@@ -80,18 +80,17 @@ impl Reservation {
             return Ok(());
         }
         let event = usage_event(account, self.kind, used, source, end_user);
-        let quotas = self.quotas.clone();
-        let (org_id, kind) = (self.org_id.clone(), self.kind);
         let held = if self.booked { self.amount } else { 0 };
-        // The write ends in an fsync: keep it off the async workers.
-        let written = tokio::task::spawn_blocking(move || {
-            let ledger: &dyn UsageSink = quotas.store.as_ref();
-            quotas
-                .shared
-                .settle(ledger, Write::Event(&event), &[(&org_id, kind, held)])
-        })
-        .await
-        .map_err(|e| UsageError::Store(format!("billing task failed: {e}")))?;
+        let ledger: &dyn UsageSink = self.quotas.store.as_ref();
+        let written = self
+            .quotas
+            .shared
+            .settle(
+                ledger,
+                Write::Event(&event),
+                &[(&self.org_id, self.kind, held)],
+            )
+            .await;
         if written.is_ok() {
             // Given back with the write.
             self.amount = 0;
@@ -158,15 +157,20 @@ impl Quotas {
     }
 
     /// The plan of a live organisation (a deleted one is gone).
-    fn plan_of(&self, org_id: &str) -> Result<(String, Plan), UsageError> {
-        self.org_plan(org_id, false)
+    async fn plan_of(&self, org_id: &str) -> Result<(String, Plan), UsageError> {
+        self.org_plan(org_id, false).await
     }
 
     /// The plan's name and terms of `org_id`; of a deleted organisation too if `deleted_too`.
-    fn org_plan(&self, org_id: &str, deleted_too: bool) -> Result<(String, Plan), UsageError> {
+    async fn org_plan(
+        &self,
+        org_id: &str,
+        deleted_too: bool,
+    ) -> Result<(String, Plan), UsageError> {
         let org = self
             .store
             .org(org_id)
+            .await
             .map_err(UsageError::from)?
             .filter(|o| deleted_too || !o.deleted)
             .ok_or_else(|| UsageError::UnknownOrg(org_id.to_owned()))?;
@@ -178,14 +182,15 @@ impl Quotas {
         Ok((org.plan, plan))
     }
 
-    fn month_totals(
+    async fn month_totals(
         &self,
         org_id: &str,
         month: &MonthPeriod,
     ) -> Result<(Vec<DayUsage>, u64, u64), StoreError> {
         let days = self
             .store
-            .usage_by_day(org_id, &month.first_day, &month.last_day)?;
+            .usage_by_day(org_id, &month.first_day, &month.last_day)
+            .await?;
         let total = |kind| {
             days.iter()
                 .filter(|d| d.kind == kind)
@@ -199,10 +204,10 @@ impl Quotas {
 
     /// The report of `org_id` for the month containing `at_ms` (a deleted organisation's
     /// too: its usage stays readable to operators).
-    pub fn report(&self, org_id: &str, at_ms: i64) -> Result<UsageReport, UsageError> {
-        let (plan_name, plan) = self.org_plan(org_id, true)?;
+    pub async fn report(&self, org_id: &str, at_ms: i64) -> Result<UsageReport, UsageError> {
+        let (plan_name, plan) = self.org_plan(org_id, true).await?;
         let month = clock::month_of(at_ms);
-        let (days, tokens, audio_ms) = self.month_totals(org_id, &month)?;
+        let (days, tokens, audio_ms) = self.month_totals(org_id, &month).await?;
         let token_quota = plan.chat_tokens_per_month;
         let audio_quota_ms = plan
             .audio_minutes_per_month
@@ -230,7 +235,7 @@ impl Quotas {
 impl Quotas {
     /// What is left of `kind`'s pool for `org_id` on `plan`, net of reservations, for callers
     /// that already hold the organisation's plan (the edge does).
-    pub fn allowance_for(
+    pub async fn allowance_for(
         &self,
         org_id: &str,
         plan: &Plan,
@@ -245,8 +250,8 @@ impl Quotas {
         // reservations are read once settlements in flight have given theirs back (on one
         // instance by waiting for them, in a database by their one transaction), so work
         // already in the ledger is not also seen still reserved.
-        let used = self.used(org_id, kind, &clock::month_of(at_ms))?;
-        let reserved = self.shared.reserved(org_id, kind)?;
+        let used = self.used(org_id, kind, &clock::month_of(at_ms)).await?;
+        let reserved = self.shared.reserved(org_id, kind).await?;
         Ok(Allowance::Remaining(
             quota.saturating_sub(used).saturating_sub(reserved),
         ))
@@ -254,7 +259,7 @@ impl Quotas {
 
     /// Reserves up to `want` of `kind` for `org_id` on `plan`, at least `min` (else nothing):
     /// `None` when less than `min` is left. The reservation is given back when dropped.
-    pub fn reserve_for(
+    pub async fn reserve_for(
         &self,
         org_id: &str,
         plan: &Plan,
@@ -272,9 +277,12 @@ impl Quotas {
             first_day: &month.first_day,
             last_day: &month.last_day,
         };
-        let granted = self
-            .shared
-            .reserve(pool, want, min, &|| self.used(org_id, kind, &month))?;
+        let quotas = self;
+        let month = &month;
+        let used = move || -> futures_util::future::BoxFuture<'_, Result<u64, StoreError>> {
+            Box::pin(quotas.used(org_id, kind, month))
+        };
+        let granted = self.shared.reserve(pool, want, min, &used).await?;
         Ok(granted.map(|amount| Reservation {
             quotas: self.clone(),
             org_id: org_id.to_owned(),
@@ -285,18 +293,19 @@ impl Quotas {
     }
 
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
-        if amount == 0 {
-            return;
-        }
-        if let Err(e) = self.shared.release(org_id, kind, amount) {
-            // The reservation stays held until this instance's rows are cleared (restart).
-            tracing::error!(org = org_id, amount, error = %e, "cannot give a reservation back");
+        if amount > 0 {
+            self.shared.release(org_id, kind, amount);
         }
     }
 
     /// What the ledger holds of `kind` for `org_id` in `month`.
-    fn used(&self, org_id: &str, kind: UsageKind, month: &MonthPeriod) -> Result<u64, StoreError> {
-        let (_, tokens, audio_ms) = self.month_totals(org_id, month)?;
+    async fn used(
+        &self,
+        org_id: &str,
+        kind: UsageKind,
+        month: &MonthPeriod,
+    ) -> Result<u64, StoreError> {
+        let (_, tokens, audio_ms) = self.month_totals(org_id, month).await?;
         Ok(match kind {
             UsageKind::Tokens => tokens,
             UsageKind::AudioMs => audio_ms,
@@ -314,27 +323,31 @@ fn quota_of(plan: &Plan, kind: UsageKind) -> Option<u64> {
     }
 }
 
+#[async_trait::async_trait]
 impl QuotaGate for Quotas {
-    fn allowance(
+    async fn allowance(
         &self,
         org_id: &str,
         kind: UsageKind,
         at_ms: i64,
     ) -> Result<Allowance, UsageError> {
-        let (_, plan) = self.plan_of(org_id)?;
-        Ok(self.allowance_for(org_id, &plan, kind, at_ms)?)
+        let (_, plan) = self.plan_of(org_id).await?;
+        Ok(self.allowance_for(org_id, &plan, kind, at_ms).await?)
     }
 
-    fn reserve(
+    async fn reserve(
         &self,
         org_id: &str,
         kind: UsageKind,
         want: u64,
         at_ms: i64,
     ) -> Result<u64, UsageError> {
-        let (_, plan) = self.plan_of(org_id)?;
+        let (_, plan) = self.plan_of(org_id).await?;
         Ok(
-            match self.reserve_for(org_id, &plan, kind, want, 1, at_ms)? {
+            match self
+                .reserve_for(org_id, &plan, kind, want, 1, at_ms)
+                .await?
+            {
                 // The caller gives it back through `release`.
                 Some(r) => r.keep(),
                 None => 0,
@@ -346,7 +359,7 @@ impl QuotaGate for Quotas {
         Quotas::release(self, org_id, kind, amount);
     }
 
-    fn checkpoint(
+    async fn checkpoint(
         &self,
         sink: &dyn UsageSink,
         totals: &[UsageEvent],
@@ -356,7 +369,9 @@ impl QuotaGate for Quotas {
             .iter()
             .map(|(org_id, ms)| (*org_id, UsageKind::AudioMs, *ms))
             .collect();
-        self.shared.settle(sink, Write::Totals(totals), &release)
+        self.shared
+            .settle(sink, Write::Totals(totals), &release)
+            .await
     }
 }
 

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use callstream::store::Store;
 use callstream_actors::call::{QUOTA_INFO, REVOKED_INFO, STOPPING_INFO};
 use callstream_actors::usage::UsageSource;
 use common::audiohook::{audiohook_request, metric};
 use common::calls::{real_time_call, stream_call};
 use common::upstream::{FakeUpstream, Reply};
-use common::{open_store, Env};
+use common::{usage_events, Env};
 
 /// An organisation on `plan` with a connector: (org id, client id, secret).
 fn connector(env: &Env, plan: &str) -> (String, String, String) {
@@ -68,9 +67,7 @@ async fn a_killed_server_loses_at_most_about_a_second_of_each_call() {
     );
     server.stop();
     // One running-total row per call, written over in place.
-    let events = open_store(&env.data_dir())
-        .usage_events(&org, 0, i64::MAX)
-        .unwrap();
+    let events = usage_events(&env.data_dir(), &org);
     assert_eq!(events.len(), 3, "{events:?}");
     assert!(events.iter().all(|e| e.source == UsageSource::Callstream));
     let mut calls: Vec<_> = events.iter().map(|e| e.call_id.clone().unwrap()).collect();
@@ -290,9 +287,7 @@ async fn sigterm_with_an_open_live_page_exits_and_writes_every_call() {
 
     // Every second the call streamed before the disconnect is in the ledger.
     let streamed = sent.load(Ordering::SeqCst);
-    let events = open_store(&env.data_dir())
-        .usage_events(&org, 0, i64::MAX)
-        .unwrap();
+    let events = usage_events(&env.data_dir(), &org);
     let used: u64 = events.iter().map(|e| e.amount).sum();
     println!("streamed {streamed} ms, billed {used} ms");
     assert!(

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use callstream_actors::usage::{UsageKind, UsageSource};
 use common::upstream::{FakeUpstream, Reply};
-use common::{open_store, Env, Server};
+use common::{usage_events, Env, Server};
 
 const INTENT: &str = r#"{"intents": [{"intent": "order_status", "confidence": "high"}], "reasoning": "The caller asks about an order."}"#;
 const CALL: &str = "fixtures/genesys-test-transcript-connector.wav";
@@ -295,11 +295,7 @@ async fn the_genesys_call_gives_final_transcripts_on_both_channels_and_bills_exa
     // Billing: the call's running total (written every second, and at the end) is its samples,
     // in whole milliseconds, in one ledger row.
     server.stop();
-    let store = open_store(&env.data_dir());
-    use callstream::store::Store;
-    let rows: Vec<_> = store
-        .usage_events(&org, 0, i64::MAX)
-        .unwrap()
+    let rows: Vec<_> = usage_events(&env.data_dir(), &org)
         .into_iter()
         .filter(|e| e.kind == UsageKind::AudioMs)
         .collect();

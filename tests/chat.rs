@@ -4,10 +4,9 @@
 
 mod common;
 
-use callstream::store::Store;
 use callstream_actors::usage::{UsageKind, UsageSource};
 use common::upstream::{FakeUpstream, Reply};
-use common::{open_store, post, Env};
+use common::{post, usage_events, Env};
 use serde_json::json;
 
 const URL: &str = "/api/llm/chat/completions";
@@ -60,9 +59,7 @@ async fn embedded_model_answers_in_the_spec_shape_and_bills_the_caller() {
     assert_eq!(tokens_used(&env, &org), total);
 
     server.stop();
-    let events = open_store(&env.data_dir())
-        .usage_events(&org, 0, i64::MAX)
-        .unwrap();
+    let events = usage_events(&env.data_dir(), &org);
     assert_eq!(events.len(), 1);
     let e = &events[0];
     assert_eq!(

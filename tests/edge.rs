@@ -12,6 +12,43 @@ use callstream_actors::usage::{UsageEvent, UsageKind, UsageSource};
 use common::{get, Env};
 use warp::Filter;
 
+/// A speech engine for routes that never transcribe: any use is an error.
+struct NoSpeech;
+
+impl callstream_actors::asr::AsrEngine for NoSpeech {
+    fn transcribe(
+        &mut self,
+        _: &[&[f32]],
+        _: &str,
+    ) -> Result<Vec<callstream_actors::asr::Transcript>, callstream_actors::asr::AsrError> {
+        Err(callstream_actors::asr::AsrError::Engine(
+            "no speech engine here".into(),
+        ))
+    }
+
+    fn languages(&self) -> &[callstream_actors::asr::Language] {
+        &[]
+    }
+}
+
+/// A language model for routes that never chat: any use is an error.
+struct NoModel;
+
+#[async_trait::async_trait]
+impl callstream::llm::Provider for NoModel {
+    async fn generate(
+        &self,
+        _: callstream::llm::Generation,
+        _: callstream::llm::Deltas,
+    ) -> Result<callstream::llm::Completion, callstream::llm::LlmError> {
+        Err(callstream::llm::LlmError::Engine("no model here".into()))
+    }
+
+    fn name(&self) -> &str {
+        "none"
+    }
+}
+
 fn assert_error(body: &serde_json::Value, code: &str) {
     assert_eq!(body["error"]["code"], code, "{body}");
     assert!(
@@ -122,13 +159,26 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
     let env = Env::new(&[]);
     let vars = env.vars.clone();
     let config = Config::load_with_env(None, vars).unwrap();
-    let app = App::open(config).unwrap();
+    // The edge alone: the service is put together on engines that are never used, so no
+    // model is loaded.
+    let speech = callstream_actors::asr::pool::AsrPool::start(
+        callstream_actors::asr::pool::PoolConfig::default(),
+        |_| Ok(Box::new(NoSpeech) as Box<dyn callstream_actors::asr::AsrEngine>),
+    )
+    .unwrap();
+    let app = App::builder(config)
+        .speech(speech, Vec::new())
+        .llm(Arc::new(NoModel))
+        .open()
+        .await
+        .unwrap();
     let admin = app.admin.clone();
     let created = admin
         .execute(callstream::admin::AdminRequest::OrgCreate {
             name: "Acme".into(),
             plan: None,
         })
+        .await
         .unwrap();
     let callstream::admin::AdminResponse::Org(org) = created else {
         panic!("{created:?}")
@@ -138,6 +188,7 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
             org: org.id.clone(),
             name: None,
         })
+        .await
         .unwrap()
     else {
         panic!()
@@ -172,23 +223,27 @@ async fn exhausted_quota_is_402_for_that_pool_only() {
     // The free plan has 60 audio-minutes a month: use 59 min 59.999 s, then the rest.
     let store = Arc::clone(&app.store);
     let record = |amount| {
-        store
-            .record(&UsageEvent {
-                org_id: org.id.clone(),
-                key_id: "key_x".into(),
-                end_user: None,
-                kind: UsageKind::AudioMs,
-                amount,
-                source: UsageSource::Transcribe,
-                at_ms: callstream::clock::now_ms(),
-                call_id: None,
-            })
-            .unwrap()
+        let (store, org_id) = (store.clone(), org.id.clone());
+        async move {
+            store
+                .record(&UsageEvent {
+                    org_id,
+                    key_id: "key_x".into(),
+                    end_user: None,
+                    kind: UsageKind::AudioMs,
+                    amount,
+                    source: UsageSource::Transcribe,
+                    at_ms: callstream::clock::now_ms(),
+                    call_id: None,
+                })
+                .await
+                .unwrap()
+        }
     };
-    record(3_599_999);
+    record(3_599_999).await;
     let resp = probe("/probe/audio").await.unwrap();
     assert_eq!(resp.status(), 200, "one millisecond is left");
-    record(1);
+    record(1).await;
     let resp = probe("/probe/audio").await.unwrap();
     assert_eq!(resp.status(), 402);
     let body: serde_json::Value = resp.json().await.unwrap();

@@ -11,10 +11,9 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-use callstream::store::Store;
 use common::audiohook::{now, request, signed_headers, signed_headers_at};
 use common::upstream::{FakeUpstream, Reply};
-use common::{open_store, python_json, Env};
+use common::{python_json, usage_events, Env};
 
 fn fixture(rel: &str) -> String {
     callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
@@ -126,9 +125,7 @@ async fn the_openai_sdk_streams_chat_and_every_streamed_turn_is_billed() {
     drop(resp);
 
     server.stop();
-    let events = open_store(&env.data_dir())
-        .usage_events(&org, 0, i64::MAX)
-        .unwrap();
+    let events = usage_events(&env.data_dir(), &org);
     let amounts: Vec<u64> = events.iter().map(|e| e.amount).collect();
     println!("billed {amounts:?}");
     assert_eq!(amounts.len(), 3, "{amounts:?}");

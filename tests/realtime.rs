@@ -4,10 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use callstream::store::Store;
 use callstream_actors::usage::UsageSource;
 use common::upstream::{FakeUpstream, Reply};
-use common::{open_store, Env};
+use common::{usage_events, Env};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -130,9 +129,7 @@ async fn embedded_model_streams_many_turns_and_bills_each_even_when_the_client_l
     drop(ws);
     // A graceful stop waits for the abandoned turn to be billed.
     server.stop();
-    let events = open_store(&env.data_dir())
-        .usage_events(&org, 0, i64::MAX)
-        .unwrap();
+    let events = usage_events(&env.data_dir(), &org);
     assert_eq!(events.len(), 3, "{events:?}");
     assert_eq!(events[..2].iter().map(|e| e.amount).sum::<u64>(), billed);
     assert!(events.iter().all(|e| e.source == UsageSource::Realtime));

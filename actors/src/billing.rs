@@ -201,19 +201,18 @@ impl BillingState {
         let mut result = Ok(());
         if !rows.is_empty() {
             let given: Vec<u64> = written.iter().map(|w| w.4).collect();
-            let (sink, gate) = (self.args.sink.clone(), self.args.gate.clone());
-            // The sink ends in an fsync: keep it off the async workers.
-            let outcome = tokio::task::spawn_blocking(move || {
-                let release: Vec<(&str, u64)> = rows
-                    .iter()
-                    .zip(given)
-                    .filter(|(_, ms)| *ms > 0)
-                    .map(|(row, ms)| (row.org_id.as_str(), ms))
-                    .collect();
-                gate.checkpoint(sink.as_ref(), &rows, &release)
-            })
-            .await
-            .unwrap_or_else(|e| Err(UsageError::Store(format!("billing write task failed: {e}"))));
+            let release: Vec<(&str, u64)> = rows
+                .iter()
+                .zip(given)
+                .filter(|(_, ms)| *ms > 0)
+                .map(|(row, ms)| (row.org_id.as_str(), ms))
+                .collect();
+            // The gate's store keeps its blocking writes (an fsync) off the async workers.
+            let outcome = self
+                .args
+                .gate
+                .checkpoint(self.args.sink.as_ref(), &rows, &release)
+                .await;
             match outcome {
                 Ok(()) => {
                     for (id, at_ms, total, due, give_back) in written {
@@ -301,13 +300,12 @@ impl Actor for Billing {
                     let _ = reply.send(Ok(0));
                     return Ok(());
                 };
-                let gate = state.args.gate.clone();
                 let now = (state.args.now_ms)();
-                let answer = tokio::task::spawn_blocking(move || {
-                    gate.reserve(&org_id, UsageKind::AudioMs, want_ms, now)
-                })
-                .await
-                .unwrap_or_else(|e| Err(UsageError::Store(format!("quota task failed: {e}"))));
+                let answer = state
+                    .args
+                    .gate
+                    .reserve(&org_id, UsageKind::AudioMs, want_ms, now)
+                    .await;
                 if let (Ok(granted), Some(m)) = (&answer, state.calls.get_mut(&call)) {
                     m.leased_ms += granted;
                 }
@@ -367,12 +365,13 @@ mod tests {
         }
     }
 
+    #[async_trait::async_trait]
     impl UsageSink for Ledger {
-        fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
+        async fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
             unreachable!("live calls write running totals")
         }
 
-        fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        async fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
             if self.fail.load(Ordering::SeqCst) {
                 return Err(UsageError::Store("disk full".into()));
             }
@@ -387,13 +386,20 @@ mod tests {
         }
     }
 
+    #[async_trait::async_trait]
     impl QuotaGate for Ledger {
-        fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
+        async fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
             let taken = self.billed() + *self.reserved.lock();
             Ok(Allowance::Remaining(self.quota_ms.saturating_sub(taken)))
         }
 
-        fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
+        async fn reserve(
+            &self,
+            _: &str,
+            _: UsageKind,
+            want: u64,
+            _: i64,
+        ) -> Result<u64, UsageError> {
             let mut reserved = self.reserved.lock();
             let left = self.quota_ms.saturating_sub(self.billed() + *reserved);
             let granted = want.min(left);
@@ -408,15 +414,15 @@ mod tests {
                 .expect("never more than reserved");
         }
 
-        fn checkpoint(
+        async fn checkpoint(
             &self,
             sink: &dyn UsageSink,
             totals: &[UsageEvent],
             release: &[(&str, u64)],
         ) -> Result<(), UsageError> {
-            // One lock over both, as a real gate makes them one step.
+            sink.checkpoint(totals).await?;
+            // The write and the release as one step, as a real gate makes them.
             let mut reserved = self.reserved.lock();
-            sink.checkpoint(totals)?;
             let given: u64 = release.iter().map(|(_, ms)| ms).sum();
             *reserved = reserved
                 .checked_sub(given)

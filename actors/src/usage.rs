@@ -118,30 +118,36 @@ pub enum UsageError {
 }
 
 /// Where usage events go. Both methods return only once what they were given is durable.
+#[async_trait::async_trait]
 pub trait UsageSink: Send + Sync {
     /// Appends one event to the ledger, durably.
-    fn record(&self, event: &UsageEvent) -> Result<(), UsageError>;
+    async fn record(&self, event: &UsageEvent) -> Result<(), UsageError>;
 
     /// Writes running totals of live calls, all with one flush to disk. Each total has a
     /// `call_id` and replaces the previous total of the same call, organisation and `at_ms`
     /// (one ledger row per call and day); the day totals grow by the difference. Writing the
     /// same total twice changes nothing, so a batch whose flush failed may simply be sent again.
-    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError>;
+    async fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError>;
 }
 
 /// Answers quota questions for an organisation and holds reservations against its pools:
 /// work that is about to be done takes its worst case out of what is left, and gives back
 /// what it did not use once its usage is recorded.
+#[async_trait::async_trait]
 pub trait QuotaGate: Send + Sync {
     /// What is left of `kind`'s pool for `org_id` in the period containing `at_ms`, net of
     /// what is reserved.
-    fn allowance(&self, org_id: &str, kind: UsageKind, at_ms: i64)
-        -> Result<Allowance, UsageError>;
+    async fn allowance(
+        &self,
+        org_id: &str,
+        kind: UsageKind,
+        at_ms: i64,
+    ) -> Result<Allowance, UsageError>;
 
     /// Reserves up to `want` of what is left; returns how much was reserved (zero when
     /// nothing is left; `want` when the pool is unlimited). The check and the reservation are
     /// one step, so two callers never both take the same remainder.
-    fn reserve(
+    async fn reserve(
         &self,
         org_id: &str,
         kind: UsageKind,
@@ -149,7 +155,8 @@ pub trait QuotaGate: Send + Sync {
         at_ms: i64,
     ) -> Result<u64, UsageError>;
 
-    /// Gives back `amount` of a reservation (its usage is recorded, or it was not used).
+    /// Gives back `amount` of a reservation (its usage is recorded, or it was not used). Never
+    /// waits: a gate kept in a database gives it back from a task of its own, in order.
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64);
 
     /// Writes live-call `totals` to `sink` (as [`UsageSink::checkpoint`]) and gives back
@@ -157,7 +164,7 @@ pub trait QuotaGate: Send + Sync {
     /// reserving: what was written is never seen twice (in the ledger and still reserved),
     /// which would refuse work that fits, nor not at all, which would let the pool be passed.
     /// When the write fails nothing is given back.
-    fn checkpoint(
+    async fn checkpoint(
         &self,
         sink: &dyn UsageSink,
         totals: &[UsageEvent],

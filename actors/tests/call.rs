@@ -112,12 +112,13 @@ impl Default for Ledger {
     }
 }
 
+#[async_trait::async_trait]
 impl UsageSink for Ledger {
-    fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
+    async fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
         unreachable!("live calls write running totals")
     }
 
-    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+    async fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
         let mut rows = self.rows.lock();
         for t in totals {
             rows.insert((t.call_id.clone().unwrap(), t.at_ms), t.amount);
@@ -126,12 +127,13 @@ impl UsageSink for Ledger {
     }
 }
 
+#[async_trait::async_trait]
 impl QuotaGate for Ledger {
-    fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
+    async fn allowance(&self, _: &str, _: UsageKind, _: i64) -> Result<Allowance, UsageError> {
         Ok(*self.allowance.lock())
     }
 
-    fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
+    async fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
         let mut allowance = self.allowance.lock();
         Ok(match *allowance {
             Allowance::Unlimited => want,
@@ -145,13 +147,13 @@ impl QuotaGate for Ledger {
 
     fn release(&self, _: &str, _: UsageKind, _: u64) {}
 
-    fn checkpoint(
+    async fn checkpoint(
         &self,
         sink: &dyn UsageSink,
         totals: &[UsageEvent],
         _: &[(&str, u64)],
     ) -> Result<(), UsageError> {
-        sink.checkpoint(totals)
+        sink.checkpoint(totals).await
     }
 }
 

@@ -363,10 +363,11 @@ impl Admin {
     }
 
     /// An organisation that exists; `live` also requires it not deleted.
-    fn org(&self, id: &str, live: bool) -> Result<Org, AdminError> {
+    async fn org(&self, id: &str, live: bool) -> Result<Org, AdminError> {
         let org = self
             .store
-            .org(id)?
+            .org(id)
+            .await?
             .ok_or_else(|| AdminError::NotFound(format!("no organisation with id {id}")))?;
         if live && org.deleted {
             return Err(AdminError::Invalid(format!("organisation {id} is deleted")));
@@ -375,7 +376,7 @@ impl Admin {
     }
 
     /// Carries out one operation.
-    pub fn execute(&self, request: AdminRequest) -> Result<AdminResponse, AdminError> {
+    pub async fn execute(&self, request: AdminRequest) -> Result<AdminResponse, AdminError> {
         let now = clock::now_ms();
         match request {
             AdminRequest::OrgCreate { name, plan } => {
@@ -400,30 +401,30 @@ impl Admin {
                     deleted: false,
                     created_at_ms: now,
                 };
-                self.store.insert_org(&org)?;
+                self.store.insert_org(&org).await?;
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::OrgList => Ok(AdminResponse::Orgs {
-                orgs: self.store.orgs()?.iter().map(org_view).collect(),
+                orgs: self.store.orgs().await?.iter().map(org_view).collect(),
             }),
             AdminRequest::OrgDelete { org } => {
-                let mut org = self.org(&org, false)?;
+                let mut org = self.org(&org, false).await?;
                 if !org.deleted {
                     org.deleted = true;
-                    self.store.update_org(&org)?;
-                    self.shared.announce_change();
+                    self.store.update_org(&org).await?;
+                    self.shared.announce_change().await;
                 }
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::OrgSetPrompt { org, system_prompt } => {
-                let mut org = self.org(&org, true)?;
+                let mut org = self.org(&org, true).await?;
                 org.system_prompt = system_prompt.filter(|p| !p.trim().is_empty());
-                self.store.update_org(&org)?;
-                self.shared.announce_change();
+                self.store.update_org(&org).await?;
+                self.shared.announce_change().await;
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::OrgSetMcp { org, mcp } => {
-                let mut org = self.org(&org, true)?;
+                let mut org = self.org(&org, true).await?;
                 if let Some(m) = &mcp {
                     if !(m.url.starts_with("http://") || m.url.starts_with("https://")) {
                         return Err(AdminError::Invalid(format!(
@@ -433,12 +434,12 @@ impl Admin {
                     }
                 }
                 org.mcp = mcp;
-                self.store.update_org(&org)?;
-                self.shared.announce_change();
+                self.store.update_org(&org).await?;
+                self.shared.announce_change().await;
                 Ok(AdminResponse::Org(org_view(&org)))
             }
             AdminRequest::KeyCreate { org, name } => {
-                let org = self.org(&org, true)?;
+                let org = self.org(&org, true).await?;
                 let secret = keys::new_api_key_secret();
                 let key = ApiKey {
                     id: new_id("key_", 10),
@@ -449,16 +450,22 @@ impl Admin {
                     created_at_ms: now,
                     revoked_at_ms: None,
                 };
-                self.store.insert_api_key(&key)?;
+                self.store.insert_api_key(&key).await?;
                 Ok(AdminResponse::KeyCreated {
                     key: key_view(&key),
                     secret,
                 })
             }
             AdminRequest::KeyList { org } => {
-                let org = self.org(&org, false)?;
+                let org = self.org(&org, false).await?;
                 Ok(AdminResponse::Keys {
-                    keys: self.store.api_keys(&org.id)?.iter().map(key_view).collect(),
+                    keys: self
+                        .store
+                        .api_keys(&org.id)
+                        .await?
+                        .iter()
+                        .map(key_view)
+                        .collect(),
                 })
             }
             AdminRequest::UserCreate {
@@ -466,7 +473,7 @@ impl Admin {
                 email,
                 password,
             } => {
-                self.org(&org, true)?;
+                self.org(&org, true).await?;
                 let email = email.trim().to_lowercase();
                 if !email.contains('@') || email.len() > 254 {
                     return Err(AdminError::Invalid(format!(
@@ -481,19 +488,24 @@ impl Admin {
                 let user = crate::store::DashboardUser {
                     email: email.clone(),
                     org_id: org.clone(),
-                    password_hash: crate::auth::password::hash(&password),
+                    // argon2id takes tens of milliseconds of CPU: not on an async worker.
+                    password_hash: tokio::task::spawn_blocking(move || {
+                        crate::auth::password::hash(&password)
+                    })
+                    .await
+                    .map_err(|e| AdminError::Store(format!("password task failed: {e}")))?,
                     created_at_ms: now,
                 };
-                self.store.insert_user(&user)?;
+                self.store.insert_user(&user).await?;
                 Ok(AdminResponse::User { email, org_id: org })
             }
             AdminRequest::KeyRevoke { key } => Ok(AdminResponse::Key(key_view(&{
-                let revoked = self.store.revoke_api_key(&key, now)?;
-                self.shared.announce_change();
+                let revoked = self.store.revoke_api_key(&key, now).await?;
+                self.shared.announce_change().await;
                 revoked
             }))),
             AdminRequest::ConnectorCreate { org, name } => {
-                let org = self.org(&org, true)?;
+                let org = self.org(&org, true).await?;
                 let (secret, text) = keys::new_client_secret();
                 let connector = Connector {
                     client_id: new_id("cc_", 16),
@@ -503,7 +515,7 @@ impl Admin {
                     rotated_at_ms: None,
                     revoked_at_ms: None,
                 };
-                self.store.insert_connector(&connector, &secret)?;
+                self.store.insert_connector(&connector, &secret).await?;
                 Ok(AdminResponse::ConnectorSecret {
                     connector: connector_view(&connector),
                     client_secret: text,
@@ -511,11 +523,12 @@ impl Admin {
                 })
             }
             AdminRequest::ConnectorList { org } => {
-                let org = self.org(&org, false)?;
+                let org = self.org(&org, false).await?;
                 Ok(AdminResponse::Connectors {
                     connectors: self
                         .store
-                        .connectors(&org.id)?
+                        .connectors(&org.id)
+                        .await?
                         .iter()
                         .map(connector_view)
                         .collect(),
@@ -523,7 +536,7 @@ impl Admin {
                 })
             }
             AdminRequest::ConnectorRotate { client_id } => {
-                let (current, _) = self.store.connector(&client_id)?.ok_or_else(|| {
+                let (current, _) = self.store.connector(&client_id).await?.ok_or_else(|| {
                     AdminError::NotFound(format!("no connector with client id {client_id}"))
                 })?;
                 if current.revoked_at_ms.is_some() {
@@ -532,7 +545,10 @@ impl Admin {
                     )));
                 }
                 let (secret, text) = keys::new_client_secret();
-                let connector = self.store.rotate_connector(&client_id, &secret, now)?;
+                let connector = self
+                    .store
+                    .rotate_connector(&client_id, &secret, now)
+                    .await?;
                 Ok(AdminResponse::ConnectorSecret {
                     connector: connector_view(&connector),
                     client_secret: text,
@@ -541,8 +557,8 @@ impl Admin {
             }
             AdminRequest::ConnectorRevoke { client_id } => {
                 Ok(AdminResponse::Connector(connector_view(&{
-                    let revoked = self.store.revoke_connector(&client_id, now)?;
-                    self.shared.announce_change();
+                    let revoked = self.store.revoke_connector(&client_id, now).await?;
+                    self.shared.announce_change().await;
                     revoked
                 })))
             }
@@ -551,10 +567,11 @@ impl Admin {
                 location: self.config.storage.location(),
             }),
             AdminRequest::Usage { org } => {
-                let org = self.org(&org, false)?;
+                let org = self.org(&org, false).await?;
                 let report: UsageReport =
                     Quotas::new(self.config.clone(), self.store.clone(), self.shared.clone())
                         .report(&org.id, now)
+                        .await
                         .map_err(|e| match e {
                             UsageError::UnknownOrg(id) => {
                                 AdminError::NotFound(format!("no organisation with id {id}"))
@@ -569,8 +586,8 @@ impl Admin {
 
 /// How the CLI reaches a data directory: directly, or through the server that holds it.
 pub enum AdminClient {
-    /// The database was free and is open in this process.
-    Direct(Admin),
+    /// The database was free and is open in this process, on a runtime of the command's own.
+    Direct(Admin, tokio::runtime::Runtime),
     /// A server holds the database; requests go through its admin socket.
     Socket(std::path::PathBuf),
 }
@@ -611,12 +628,15 @@ impl AdminClient {
                 Err(e) => return Err(e),
             }
         }
-        match crate::store::open(&config.storage) {
-            Ok(opened) => Ok(AdminClient::Direct(Admin::new(
-                config,
-                opened.store,
-                opened.shared,
-            ))),
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| AdminError::Transport(format!("cannot start a runtime: {e}")))?;
+        match runtime.block_on(crate::store::open(&config.storage)) {
+            Ok(opened) => Ok(AdminClient::Direct(
+                Admin::new(config, opened.store, opened.shared),
+                runtime,
+            )),
             Err(crate::store::OpenError::Store(StoreError::Locked(_))) => {
                 Ok(AdminClient::Socket(socket::socket_path(&data_dir)))
             }
@@ -627,7 +647,7 @@ impl AdminClient {
     /// Carries out one operation.
     pub fn execute(&self, request: AdminRequest) -> Result<AdminResponse, AdminError> {
         match self {
-            AdminClient::Direct(admin) => admin.execute(request),
+            AdminClient::Direct(admin, runtime) => runtime.block_on(admin.execute(request)),
             AdminClient::Socket(path) => socket::call(path, &request),
         }
     }

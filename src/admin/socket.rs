@@ -61,11 +61,7 @@ pub async fn serve(listener: UnixListener, admin: Admin) {
                 Ok(_) => match serde_json::from_str::<AdminRequest>(&line) {
                     Ok(request) => {
                         tracing::info!(?request, "admin request");
-                        tokio::task::spawn_blocking(move || admin.execute(request))
-                            .await
-                            .unwrap_or_else(|e| {
-                                Err(AdminError::Store(format!("admin task failed: {e}")))
-                            })
+                        admin.execute(request).await
                     }
                     Err(e) => Err(AdminError::Invalid(format!("malformed admin request: {e}"))),
                 },

@@ -179,7 +179,7 @@ impl Authenticator {
 
     /// Resolves an API key secret to its caller: unknown or revoked keys are
     /// [`AuthError::InvalidKey`], keys of a deleted organisation [`AuthError::OrgDeleted`].
-    pub fn authenticate(&self, secret: Option<&str>) -> Result<Caller, AuthError> {
+    pub async fn authenticate(&self, secret: Option<&str>) -> Result<Caller, AuthError> {
         let secret = secret
             .map(str::trim)
             .filter(|s| !s.is_empty())
@@ -191,12 +191,14 @@ impl Authenticator {
                 let generation = self.cache.as_ref().map(|c| *c.changes.borrow());
                 let key = self
                     .store
-                    .api_key_by_hash(&hash)?
+                    .api_key_by_hash(&hash)
+                    .await?
                     .filter(|k| k.revoked_at_ms.is_none())
                     .ok_or(AuthError::InvalidKey)?;
                 let org = self
                     .store
-                    .org(&key.org_id)?
+                    .org(&key.org_id)
+                    .await?
                     .filter(|o| !o.deleted)
                     .ok_or(AuthError::OrgDeleted)?;
                 if let (Some(cache), Some(generation)) = (&self.cache, generation) {
@@ -214,9 +216,10 @@ impl Authenticator {
     }
 
     /// Counts one request against the caller's key budget.
-    pub fn check_rate(&self, caller: &Caller, now: Instant) -> Result<(), AuthError> {
+    pub async fn check_rate(&self, caller: &Caller, now: Instant) -> Result<(), AuthError> {
         self.shared
-            .rate(&format!("key:{}", caller.key.id), caller.plan.rpm, now)?
+            .rate(&format!("key:{}", caller.key.id), caller.plan.rpm, now)
+            .await?
             .map_err(|retry_after| AuthError::RateLimited {
                 rpm: caller.plan.rpm,
                 retry_after,
@@ -224,20 +227,20 @@ impl Authenticator {
     }
 
     /// Refuses when the caller's organisation has nothing left of `kind`'s pool.
-    pub fn check_quota(
+    pub async fn check_quota(
         &self,
         caller: &Caller,
         kind: UsageKind,
         now_ms: i64,
     ) -> Result<(), AuthError> {
-        if self.allowance(caller, kind, now_ms)?.is_exhausted() {
+        if self.allowance(caller, kind, now_ms).await?.is_exhausted() {
             return Err(AuthError::QuotaExhausted(kind));
         }
         Ok(())
     }
 
     /// What is left of the caller's `kind` pool this month.
-    pub fn allowance(
+    pub async fn allowance(
         &self,
         caller: &Caller,
         kind: UsageKind,
@@ -245,12 +248,13 @@ impl Authenticator {
     ) -> Result<Allowance, AuthError> {
         Ok(self
             .quotas
-            .allowance_for(&caller.org.id, &caller.plan, kind, now_ms)?)
+            .allowance_for(&caller.org.id, &caller.plan, kind, now_ms)
+            .await?)
     }
 
     /// Reserves up to `want` of the caller's `kind` pool, at least `min`: refused as
     /// [`AuthError::QuotaExhausted`] when less than `min` is left.
-    pub fn reserve(
+    pub async fn reserve(
         &self,
         caller: &Caller,
         kind: UsageKind,
@@ -259,7 +263,8 @@ impl Authenticator {
         now_ms: i64,
     ) -> Result<crate::usage::Reservation, AuthError> {
         self.quotas
-            .reserve_for(&caller.org.id, &caller.plan, kind, want, min, now_ms)?
+            .reserve_for(&caller.org.id, &caller.plan, kind, want, min, now_ms)
+            .await?
             .ok_or(AuthError::QuotaExhausted(kind))
     }
 

@@ -381,7 +381,7 @@ impl NonceCache {
 
     /// Records the pair until `until` (Unix seconds): `Ok(false)` if it is already recorded.
     /// The pair is kept as a SHA-256, so a long nonce costs no more than a short one.
-    pub fn check_and_insert(
+    pub async fn check_and_insert(
         &self,
         keyid: &str,
         nonce: &str,
@@ -392,12 +392,14 @@ impl NonceCache {
         h.update([0]);
         h.update(nonce.as_bytes());
         let key = crate::auth::keys::hex(&h.finalize());
-        self.shared.insert_new(
-            Space::Nonce,
-            &key,
-            "",
-            until.saturating_mul(1000).saturating_add(1000),
-        )
+        self.shared
+            .insert_new(
+                Space::Nonce,
+                &key,
+                "",
+                until.saturating_mul(1000).saturating_add(1000),
+            )
+            .await
     }
 }
 

@@ -50,7 +50,7 @@ impl Sessions {
 
     /// Starts a session for `email` of `org_id`: its id and the session. `None` when the
     /// session could not be stored.
-    pub fn start(&self, email: String, org_id: String) -> Option<(String, Session)> {
+    pub async fn start(&self, email: String, org_id: String) -> Option<(String, Session)> {
         let session = Session {
             email,
             org_id,
@@ -62,6 +62,7 @@ impl Sessions {
         match self
             .shared
             .insert_new(Space::Session, &id, &value, session.expires_ms)
+            .await
         {
             Ok(true) => Some((id, session)),
             Ok(false) => None,
@@ -73,11 +74,12 @@ impl Sessions {
     }
 
     /// The live session `id`, if any (none when the state cannot be read).
-    pub fn get(&self, id: Option<&str>) -> Option<Session> {
+    pub async fn get(&self, id: Option<&str>) -> Option<Session> {
         let id = id.filter(|id| id.len() == 64)?;
         let value = self
             .shared
             .get(Space::Session, id)
+            .await
             .inspect_err(|e| tracing::warn!(error = %e, "cannot read dashboard sessions"))
             .ok()??;
         serde_json::from_str::<Session>(&value)
@@ -86,9 +88,9 @@ impl Sessions {
     }
 
     /// Ends session `id`.
-    pub fn end(&self, id: Option<&str>) {
+    pub async fn end(&self, id: Option<&str>) {
         if let Some(id) = id.filter(|id| id.len() == 64) {
-            if let Err(e) = self.shared.take(Space::Session, id) {
+            if let Err(e) = self.shared.take(Space::Session, id).await {
                 tracing::warn!(error = %e, "cannot end a dashboard session");
             }
         }
@@ -129,11 +131,12 @@ impl SignIn {
     }
 
     /// A new single-use form token (`None` when it could not be stored).
-    pub fn issue(&self) -> Option<String> {
+    pub async fn issue(&self) -> Option<String> {
         let t = token();
         match self
             .shared
             .insert_new(Space::SignInForm, &t, "", clock::now_ms() + FORM_MS)
+            .await
         {
             Ok(true) => Some(t),
             Ok(false) => None,
@@ -146,7 +149,12 @@ impl SignIn {
 
     /// Admits one sign-in attempt: `form` must be a token issued here and not used yet (it is
     /// used now), and neither `address` nor `account` may be over its attempts per minute.
-    pub fn admit(&self, form: &str, address: &str, account: &str) -> Result<(), SignInRefused> {
+    pub async fn admit(
+        &self,
+        form: &str,
+        address: &str,
+        account: &str,
+    ) -> Result<(), SignInRefused> {
         if form.len() != 64 {
             return Err(SignInRefused::Form);
         }
@@ -157,6 +165,7 @@ impl SignIn {
         if self
             .shared
             .take(Space::SignInForm, form)
+            .await
             .map_err(unavailable)?
             .is_none()
         {
@@ -165,10 +174,12 @@ impl SignIn {
         let now = Instant::now();
         self.shared
             .rate(&format!("sign-in-address:{address}"), self.per_address, now)
+            .await
             .map_err(unavailable)?
             .map_err(SignInRefused::TooMany)?;
         self.shared
             .rate(&format!("sign-in-account:{account}"), self.per_account, now)
+            .await
             .map_err(unavailable)?
             .map_err(SignInRefused::TooMany)?;
         Ok(())
@@ -188,34 +199,43 @@ mod tests {
         }
     }
 
-    #[test]
-    fn form_tokens_are_single_use() {
+    #[tokio::test]
+    async fn form_tokens_are_single_use() {
         let guard = SignIn::new(&config(), Arc::new(crate::store::shared::Local::default()));
-        let t = guard.issue().unwrap();
-        assert_eq!(guard.admit(&t, "10.0.0.1", "a@x"), Ok(()));
-        assert_eq!(guard.admit(&t, "10.0.0.1", "a@x"), Err(SignInRefused::Form));
+        let t = guard.issue().await.unwrap();
+        assert_eq!(guard.admit(&t, "10.0.0.1", "a@x").await, Ok(()));
         assert_eq!(
-            guard.admit(&"0".repeat(64), "10.0.0.1", "b@x"),
+            guard.admit(&t, "10.0.0.1", "a@x").await,
+            Err(SignInRefused::Form)
+        );
+        assert_eq!(
+            guard.admit(&"0".repeat(64), "10.0.0.1", "b@x").await,
             Err(SignInRefused::Form)
         );
     }
 
-    #[test]
-    fn attempts_are_limited_per_address_and_per_account() {
+    #[tokio::test]
+    async fn attempts_are_limited_per_address_and_per_account() {
         let guard = SignIn::new(&config(), Arc::new(crate::store::shared::Local::default()));
-        let issue = || guard.issue().unwrap();
+        let attempt = |address: &'static str, account: &'static str| {
+            let guard = &guard;
+            async move {
+                let form = guard.issue().await.unwrap();
+                guard.admit(&form, address, account).await
+            }
+        };
         for _ in 0..2 {
-            assert_eq!(guard.admit(&issue(), "10.0.0.1", "a@x"), Ok(()));
+            assert_eq!(attempt("10.0.0.1", "a@x").await, Ok(()));
         }
         // The account's third attempt in a minute, from anywhere.
         assert!(matches!(
-            guard.admit(&issue(), "10.0.0.2", "a@x"),
+            attempt("10.0.0.2", "a@x").await,
             Err(SignInRefused::TooMany(_))
         ));
         // The address's fourth attempt, whatever the account.
-        assert_eq!(guard.admit(&issue(), "10.0.0.1", "b@x"), Ok(()));
+        assert_eq!(attempt("10.0.0.1", "b@x").await, Ok(()));
         assert!(matches!(
-            guard.admit(&issue(), "10.0.0.1", "c@x"),
+            attempt("10.0.0.1", "c@x").await,
             Err(SignInRefused::TooMany(_))
         ));
     }

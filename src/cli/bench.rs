@@ -666,11 +666,11 @@ pub fn gateway(
             "bench".into(),
             callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: token_quota, audio_minutes_per_month: None },
         );
-        let app = callstream::app::App::open(config)?;
-        let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
+        let app = callstream::app::App::open(config).await?;
+        let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) }).await? else {
             anyhow::bail!("org create answered something else")
         };
-        let callstream::admin::AdminResponse::KeyCreated { secret, .. } = app.admin.execute(callstream::admin::AdminRequest::KeyCreate { org: org.id, name: None })? else {
+        let callstream::admin::AdminResponse::KeyCreated { secret, .. } = app.admin.execute(callstream::admin::AdminRequest::KeyCreate { org: org.id, name: None }).await? else {
             anyhow::bail!("key create answered something else")
         };
         let server = callstream::server::start(app, "127.0.0.1:0".parse()?).await?;
@@ -950,16 +950,17 @@ pub fn calls(
             "bench".into(),
             callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: None, audio_minutes_per_month: None },
         );
-        let apps = (0..instances.max(1))
-            .map(|_| callstream::app::App::open(config.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut apps = Vec::new();
+        for _ in 0..instances.max(1) {
+            apps.push(callstream::app::App::open(config.clone()).await?);
+        }
         let stats: Vec<_> = apps.iter().map(|app| app.calls.stats.clone()).collect();
         let held = || stats.iter().map(|s| s.utterances_held.load(Relaxed)).sum::<u64>();
         let dropped = || stats.iter().map(|s| s.utterances_dropped.load(Relaxed)).sum::<u64>();
-        let callstream::admin::AdminResponse::Org(org) = apps[0].admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) })? else {
+        let callstream::admin::AdminResponse::Org(org) = apps[0].admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) }).await? else {
             anyhow::bail!("org create answered something else")
         };
-        let callstream::admin::AdminResponse::ConnectorSecret { connector, client_secret, .. } = apps[0].admin.execute(callstream::admin::AdminRequest::ConnectorCreate { org: org.id, name: None })? else {
+        let callstream::admin::AdminResponse::ConnectorSecret { connector, client_secret, .. } = apps[0].admin.execute(callstream::admin::AdminRequest::ConnectorCreate { org: org.id, name: None }).await? else {
             anyhow::bail!("connector create answered something else")
         };
         let mut servers = Vec::new();

@@ -55,7 +55,7 @@ impl std::str::FromStr for Location {
 
 /// Opens a store at `location` whose secrets are sealed with `key` (base64); for sled without
 /// one, with the key file of its data directory (which a source must already have).
-fn open(
+async fn open(
     location: &Location,
     key: &str,
     data_dir: &Path,
@@ -78,7 +78,7 @@ fn open(
                 );
             }
             let secrets = SecretBox::from_config(key, data_dir)?;
-            Arc::new(PgStore::open(url, 2, secrets)?)
+            Arc::new(PgStore::open(url, 2, secrets).await?)
         }
     })
 }
@@ -101,13 +101,20 @@ fn source_key(config: &Config, from: &Location, given: Option<String>) -> anyhow
 
 /// Runs a `store` subcommand.
 pub fn run(config: &Config, command: StoreCommand, json: bool) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(run_on(config, command, json))
+}
+
+async fn run_on(config: &Config, command: StoreCommand, json: bool) -> anyhow::Result<()> {
     match command {
         StoreCommand::Migrate => {
             if config.storage.backend == StorageBackend::Sled {
                 println!("storage.backend is sled: nothing to migrate");
                 return Ok(());
             }
-            store::open(&config.storage)?;
+            store::open(&config.storage).await?;
             let latest = store::postgres::MIGRATIONS.last().map_or(0, |m| m.0);
             println!("PostgreSQL schema at version {latest}");
         }
@@ -118,9 +125,9 @@ pub fn run(config: &Config, command: StoreCommand, json: bool) -> anyhow::Result
         } => {
             let source_key = source_key(config, &from, from_secret_key)?;
             let data_dir = &config.storage.data_dir;
-            let source = open(&from, &source_key, data_dir, true)?;
-            let target = open(&to, &config.storage.secret_key, data_dir, false)?;
-            let report = store::copy::copy(&*source, &*target)?;
+            let source = open(&from, &source_key, data_dir, true).await?;
+            let target = open(&to, &config.storage.secret_key, data_dir, false).await?;
+            let report = store::copy::copy(&*source, &*target).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

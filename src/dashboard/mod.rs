@@ -117,15 +117,16 @@ fn field<'a>(form: &'a Form, name: &str) -> &'a str {
 }
 
 /// The session of a request, or the response that sends it to sign in.
-fn signed_in(app: &App, ctx: &Ctx) -> Result<Session, Box<Response<Body>>> {
+async fn signed_in(app: &App, ctx: &Ctx) -> Result<Session, Box<Response<Body>>> {
     app.sessions
         .get(ctx.session_id.as_deref())
+        .await
         .ok_or_else(|| Box::new(redirect("/dashboard/login")))
 }
 
 /// The session of a form post whose CSRF token matches, or the response to send instead.
-fn posted(app: &App, ctx: &Ctx, form: &Form) -> Result<Session, Box<Response<Body>>> {
-    let session = signed_in(app, ctx)?;
+async fn posted(app: &App, ctx: &Ctx, form: &Form) -> Result<Session, Box<Response<Body>>> {
+    let session = signed_in(app, ctx).await?;
     if !constant_eq(field(form, "csrf"), &session.csrf) {
         return Err(Box::new(html(
             StatusCode::FORBIDDEN,
@@ -143,8 +144,8 @@ fn constant_eq(a: &str, b: &str) -> bool {
             == 0
 }
 
-fn admin(app: &App, request: AdminRequest) -> Result<AdminResponse, AdminError> {
-    app.admin.execute(request)
+async fn admin(app: &App, request: AdminRequest) -> Result<AdminResponse, AdminError> {
+    app.admin.execute(request).await
 }
 
 fn failure(e: impl std::fmt::Display) -> Response<Body> {
@@ -179,7 +180,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::get())
         .and(with_app.clone())
         .and(ctx(app.clone()))
-        .map(|app: App, ctx: Ctx| login_form(&app, &ctx, None));
+        .then(|app: App, ctx: Ctx| async move { login_form(&app, &ctx, None).await });
     let login = base
         .and(warp::path("login"))
         .and(warp::path::end())
@@ -195,10 +196,10 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(with_app.clone())
         .and(ctx(app.clone()))
         .and(form)
-        .map(
-            |app: App, ctx: Ctx, form: Form| match posted(&app, &ctx, &form) {
+        .then(|app: App, ctx: Ctx, form: Form| async move {
+            match posted(&app, &ctx, &form).await {
                 Ok(_) => {
-                    app.sessions.end(ctx.session_id.as_deref());
+                    app.sessions.end(ctx.session_id.as_deref()).await;
                     let mut r = redirect("/dashboard/login");
                     r.headers_mut().insert(
                         "set-cookie",
@@ -209,8 +210,8 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
                     r
                 }
                 Err(r) => *r,
-            },
-        );
+            }
+        });
     let get_page = base
         .and(warp::path::param::<String>())
         .and(warp::path::end())
@@ -218,7 +219,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(with_app.clone())
         .and(ctx(app.clone()))
         .then(|page: String, app: App, ctx: Ctx| async move {
-            match signed_in(&app, &ctx) {
+            match signed_in(&app, &ctx).await {
                 Ok(s) => page_for(&app, &s, &page, None).await,
                 Err(r) => *r,
             }
@@ -233,7 +234,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(form)
         .then(
             |page: String, action: String, app: App, ctx: Ctx, form: Form| async move {
-                match posted(&app, &ctx, &form) {
+                match posted(&app, &ctx, &form).await {
                     Ok(s) => act(&app, &s, &page, &action, &form).await,
                     Err(r) => *r,
                 }
@@ -244,12 +245,14 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::get())
         .and(with_app)
         .and(ctx(app))
-        .map(|app: App, ctx: Ctx| match signed_in(&app, &ctx) {
-            Ok(s) => live_feed(&app, s),
-            Err(_) => Response::builder()
-                .status(StatusCode::UNAUTHORIZED)
-                .body(Body::empty())
-                .expect("static response"),
+        .then(|app: App, ctx: Ctx| async move {
+            match signed_in(&app, &ctx).await {
+                Ok(s) => live_feed(&app, s).await,
+                Err(_) => Response::builder()
+                    .status(StatusCode::UNAUTHORIZED)
+                    .body(Body::empty())
+                    .expect("static response"),
+            }
         });
     root.or(assets)
         .unify()
@@ -278,8 +281,8 @@ fn sign_in_unavailable() -> Response<Body> {
     )
 }
 
-fn login_form(app: &App, ctx: &Ctx, error: Option<&str>) -> Response<Body> {
-    let Some(t) = app.sign_in.issue() else {
+async fn login_form(app: &App, ctx: &Ctx, error: Option<&str>) -> Response<Body> {
+    let Some(t) = app.sign_in.issue().await else {
         return sign_in_unavailable();
     };
     let mut r = html(
@@ -309,7 +312,7 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
         .is_some_and(|t| constant_eq(t, token));
     let email = field(&form, "email").trim().to_lowercase();
     let admitted = if bound {
-        app.sign_in.admit(token, &ctx.address, &email)
+        app.sign_in.admit(token, &ctx.address, &email).await
     } else {
         Err(SignInRefused::Form)
     };
@@ -321,6 +324,7 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
                 &ctx,
                 Some("The sign-in form expired. Please try again."),
             )
+            .await
         }
         Err(SignInRefused::Unavailable) => return sign_in_unavailable(),
         Err(SignInRefused::TooMany(wait)) => {
@@ -329,7 +333,8 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
                 &app,
                 &ctx,
                 Some("Too many sign-in attempts. Wait a minute and try again."),
-            );
+            )
+            .await;
             *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
             r.headers_mut().insert(
                 "retry-after",
@@ -342,28 +347,34 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
         }
     }
     let password = field(&form, "password").to_owned();
-    let user = app.store.user(&email).ok().flatten();
+    let user = app.store.user(&email).await.ok().flatten();
     let stored = user.as_ref().map(|u| u.password_hash.clone());
     // argon2 runs on the password threads, bounded; an unknown user costs the same time.
     let user = match app.sign_in.passwords.check(stored, password).await {
         Ok(true) => user,
         Ok(false) => None,
         Err(busy) => {
-            let mut r = login_form(&app, &ctx, Some(&busy.to_string()));
+            let mut r = login_form(&app, &ctx, Some(&busy.to_string())).await;
             *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
             return r;
         }
     };
-    let live_org = user
-        .as_ref()
-        .and_then(|u| app.store.org(&u.org_id).ok().flatten())
-        .is_some_and(|o| !o.deleted);
+    let live_org = match &user {
+        Some(u) => app
+            .store
+            .org(&u.org_id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|o| !o.deleted),
+        None => false,
+    };
     let (Some(user), true) = (user, live_org) else {
         tracing::info!("dashboard sign-in refused");
-        return login_form(&app, &ctx, Some("Wrong email or password."));
+        return login_form(&app, &ctx, Some("Wrong email or password.")).await;
     };
     tracing::info!(email = %user.email, org = %user.org_id, "dashboard sign-in");
-    let Some((id, _)) = app.sessions.start(user.email, user.org_id) else {
+    let Some((id, _)) = app.sessions.start(user.email, user.org_id).await else {
         return sign_in_unavailable();
     };
     let mut r = redirect("/dashboard/keys");
@@ -405,7 +416,7 @@ pub enum Notice {
 }
 
 async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) -> Response<Body> {
-    let org = match app.store.org(&s.org_id) {
+    let org = match app.store.org(&s.org_id).await {
         Ok(Some(o)) if !o.deleted => o,
         Ok(_) => {
             return html(
@@ -424,7 +435,9 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
             AdminRequest::KeyList {
                 org: org.id.clone(),
             },
-        ) {
+        )
+        .await
+        {
             Ok(AdminResponse::Keys { keys }) => pages::keys(s, &org, &keys, notice),
             Ok(_) => return failure("unexpected answer"),
             Err(e) => return failure(e),
@@ -434,7 +447,9 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
             AdminRequest::ConnectorList {
                 org: org.id.clone(),
             },
-        ) {
+        )
+        .await
+        {
             Ok(AdminResponse::Connectors {
                 connectors,
                 websocket_url,
@@ -443,11 +458,11 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
             Err(e) => return failure(e),
         },
         "settings" => pages::settings(s, &org, notice),
-        "usage" => match app.auth.quotas().report(&org.id, clock::now_ms()) {
+        "usage" => match app.auth.quotas().report(&org.id, clock::now_ms()).await {
             Ok(report) => pages::usage(s, &org, &report),
             Err(e) => return failure(e),
         },
-        "calls" => pages::calls(s, &org, &app.calls.live.of_org(&org.id)),
+        "calls" => pages::calls(s, &org, &app.calls.live.of_org(&org.id).await),
         _ => {
             return html(
                 StatusCode::NOT_FOUND,
@@ -459,17 +474,19 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
 }
 
 /// The key or connector of this organisation, or not found.
-fn owned(app: &App, s: &Session, page: &str, id: &str) -> bool {
+async fn owned(app: &App, s: &Session, page: &str, id: &str) -> bool {
     match page {
         "keys" => app
             .store
             .api_key(id)
+            .await
             .ok()
             .flatten()
             .is_some_and(|k| k.org_id == s.org_id),
         "connectors" => app
             .store
             .connector(id)
+            .await
             .ok()
             .flatten()
             .is_some_and(|(c, _)| c.org_id == s.org_id),
@@ -481,7 +498,7 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
     let name = Some(field(form, "name").trim().to_owned()).filter(|n| !n.is_empty());
     let id = field(form, "id").to_owned();
     let org = s.org_id.clone();
-    if matches!(action, "revoke" | "rotate") && !owned(app, s, page, &id) {
+    if matches!(action, "revoke" | "rotate") && !owned(app, s, page, &id).await {
         return page_for(
             app,
             s,
@@ -491,15 +508,19 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
         .await;
     }
     let result = match (page, action) {
-        ("keys", "create") => admin(app, AdminRequest::KeyCreate { org, name }).map(|r| match r {
-            AdminResponse::KeyCreated { secret, .. } => Notice::KeySecret(secret),
-            _ => Notice::Error("unexpected answer".into()),
-        }),
-        ("keys", "revoke") => admin(app, AdminRequest::KeyRevoke { key: id.clone() }).map(|_| {
-            Notice::Info(format!(
-                "Key {id} revoked. Open realtime sessions of this key are closed."
-            ))
-        }),
+        ("keys", "create") => admin(app, AdminRequest::KeyCreate { org, name })
+            .await
+            .map(|r| match r {
+                AdminResponse::KeyCreated { secret, .. } => Notice::KeySecret(secret),
+                _ => Notice::Error("unexpected answer".into()),
+            }),
+        ("keys", "revoke") => admin(app, AdminRequest::KeyRevoke { key: id.clone() })
+            .await
+            .map(|_| {
+                Notice::Info(format!(
+                    "Key {id} revoked. Open realtime sessions of this key are closed."
+                ))
+            }),
         ("connectors", "create" | "rotate") => {
             let request = if action == "create" {
                 AdminRequest::ConnectorCreate { org, name }
@@ -508,7 +529,7 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
                     client_id: id.clone(),
                 }
             };
-            admin(app, request).map(|r| match r {
+            admin(app, request).await.map(|r| match r {
                 AdminResponse::ConnectorSecret {
                     connector,
                     client_secret,
@@ -527,6 +548,7 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
                 client_id: id.clone(),
             },
         )
+        .await
         .map(|_| Notice::Info(format!("Connector {id} revoked."))),
         ("settings", "prompt") => {
             let prompt = field(form, "system_prompt").trim().to_owned();
@@ -537,25 +559,35 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
                     system_prompt: Some(prompt).filter(|p| !p.is_empty()),
                 },
             )
+            .await
             .map(|_| Notice::Info("System prompt saved.".into()))
         }
-        ("settings", "mcp") => match mcp_of(form).map(|mcp| {
-            mcp.map(|mut m| {
+        ("settings", "mcp") => match mcp_of(form) {
+            Ok(mut mcp) => {
                 // No header lines: keep the stored headers.
-                if field(form, "headers").trim().is_empty() {
-                    if let Some(old) = app.store.org(&s.org_id).ok().flatten().and_then(|o| o.mcp) {
+                if let Some(m) = mcp
+                    .as_mut()
+                    .filter(|_| field(form, "headers").trim().is_empty())
+                {
+                    let stored = app.store.org(&s.org_id).await.ok().flatten();
+                    if let Some(old) = stored.and_then(|o| o.mcp) {
                         m.headers = old.headers;
                     }
                 }
-                m
-            })
-        }) {
-            Ok(mcp) => admin(app, AdminRequest::OrgSetMcp { org, mcp })
-                .map(|_| Notice::Info("MCP server saved.".into())),
+                admin(app, AdminRequest::OrgSetMcp { org, mcp })
+                    .await
+                    .map(|_| Notice::Info("MCP server saved.".into()))
+            }
             Err(e) => Ok(Notice::Error(e)),
         },
         ("settings", "mcp-test") => {
-            let stored = app.store.org(&s.org_id).ok().flatten().and_then(|o| o.mcp);
+            let stored = app
+                .store
+                .org(&s.org_id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|o| o.mcp);
             Ok(Notice::McpTest(match stored {
                 None => Err("No MCP server is set.".to_owned()),
                 Some(integration) => {
@@ -621,9 +653,9 @@ fn mcp_of(form: &Form) -> Result<Option<McpIntegration>, String> {
 }
 
 /// Server-sent events of the organisation's calls: a snapshot, then every change.
-fn live_feed(app: &App, s: Session) -> Response<Body> {
+async fn live_feed(app: &App, s: Session) -> Response<Body> {
     let snapshot =
-        serde_json::json!({"type": "snapshot", "calls": app.calls.live.of_org(&s.org_id)});
+        serde_json::json!({"type": "snapshot", "calls": app.calls.live.of_org(&s.org_id).await});
     let feed = tokio_stream_of(app.calls.live.subscribe(), s.org_id);
     let first =
         futures_util::stream::once(

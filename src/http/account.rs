@@ -84,6 +84,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
                     .auth
                     .quotas()
                     .report(&caller.org.id, clock::now_ms())
+                    .await
                     .map_err(|e| ApiError::Internal(e.to_string()))?;
                 Ok::<_, Rejection>(warp::reply::json(&report))
             }

@@ -42,37 +42,46 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::path::full())
         .and(warp::query::raw().or(warp::any().map(String::new)).unify())
         .and(warp::header::headers_cloned())
-        .map(
+        .and_then(
             move |ws: Ws, path: warp::path::FullPath, query: String, headers: HeaderMap| {
                 let app = app.clone();
-                if app.lifecycle.is_draining() {
-                    return ApiError::Draining.to_response();
-                }
-                let verdict = match authenticate(&app, path.as_str(), &query, &headers) {
-                    Ok(account) => match admit(&app, &account) {
-                        Ok(slots) => Ok((account, slots)),
-                        Err(refused) => return refused.to_response(),
-                    },
-                    Err(()) => Err(()),
-                };
-                let session_header = headers
-                    .get("audiohook-session-id")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                let max = app.config.calls.max_frame_bytes;
-                ws.max_message_size(max)
-                    .max_frame_size(max)
-                    .on_upgrade(move |socket| async move {
-                        match verdict {
-                            Ok((account, _slots)) => {
-                                call(app, account, session_header, socket).await
-                            }
-                            Err(()) => refuse(socket).await,
-                        }
-                    })
-                    .into_response()
+                async move { Ok::<_, Rejection>(handshake(app, ws, path, query, headers).await) }
             },
         )
+}
+
+/// Admits the upgrade, or answers why not (see [`routes`]).
+async fn handshake(
+    app: App,
+    ws: Ws,
+    path: warp::path::FullPath,
+    query: String,
+    headers: HeaderMap,
+) -> warp::reply::Response {
+    if app.lifecycle.is_draining() {
+        return ApiError::Draining.to_response();
+    }
+    let verdict = match authenticate(&app, path.as_str(), &query, &headers).await {
+        Ok(account) => match admit(&app, &account) {
+            Ok(slots) => Ok((account, slots)),
+            Err(refused) => return refused.to_response(),
+        },
+        Err(()) => Err(()),
+    };
+    let session_header = headers
+        .get("audiohook-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let max = app.config.calls.max_frame_bytes;
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| async move {
+            match verdict {
+                Ok((account, _slots)) => call(app, account, session_header, socket).await,
+                Err(()) => refuse(socket).await,
+            }
+        })
+        .into_response()
 }
 
 /// Takes the call's places under its connector's and its organisation's caps, or says why not
@@ -100,7 +109,12 @@ fn admit(app: &App, account: &Account) -> Result<(Slot, Slot), ApiError> {
     Ok((connector, org))
 }
 
-fn authenticate(app: &App, path: &str, query: &str, headers: &HeaderMap) -> Result<Account, ()> {
+async fn authenticate(
+    app: &App,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+) -> Result<Account, ()> {
     let pairs: Vec<(String, String)> = headers
         .iter()
         .map(|(k, v)| {
@@ -127,6 +141,7 @@ fn authenticate(app: &App, path: &str, query: &str, headers: &HeaderMap) -> Resu
     };
     app.calls
         .authenticate(&request, crate::clock::now_ms() / 1000)
+        .await
         .map_err(|e| {
             tracing::info!(error = %e, "AudioHook handshake refused");
         })

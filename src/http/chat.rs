@@ -446,19 +446,22 @@ pub struct Response {
 /// Reserves the worst case of `turn` (its prompt and `max_tokens`) against the caller's token
 /// quota. When less is left, the turn runs with what is left, its answer cut to fit; when not
 /// even its prompt fits, it is refused (402). A limited quota also bounds the tool loop.
-pub fn reserve_turn(
+pub async fn reserve_turn(
     app: &App,
     caller: &Caller,
     turn: &mut ChatTurn,
 ) -> Result<crate::usage::Reservation, crate::auth::AuthError> {
     let (prompt, worst) = app.chat.worst_case(&caller.org, turn);
-    let reservation = app.auth.reserve(
-        caller,
-        UsageKind::Tokens,
-        worst,
-        prompt + 1,
-        crate::clock::now_ms(),
-    )?;
+    let reservation = app
+        .auth
+        .reserve(
+            caller,
+            UsageKind::Tokens,
+            worst,
+            prompt + 1,
+            crate::clock::now_ms(),
+        )
+        .await?;
     if caller.plan.chat_tokens_per_month.is_some() {
         turn.budget = Some(reservation.amount());
     }
@@ -504,7 +507,7 @@ async fn complete(
                 })?;
         }
     }
-    let reservation = reserve_turn(&app, &caller, &mut turn)?;
+    let reservation = reserve_turn(&app, &caller, &mut turn).await?;
     if let Some(include_usage) = parsed.stream {
         return crate::http::chat_stream::stream(
             app,

@@ -28,16 +28,12 @@ pub fn api_key() -> impl Filter<Extract = (Option<String>,), Error = Rejection> 
 
 /// Resolves the request's API key ([`api_key`]) to a [`Caller`] and counts the request against
 /// the key's RPM budget.
-///
-/// The store lookups run inline: sled serves them from memory in microseconds, well below the
-/// cost of moving to a blocking thread; PostgreSQL's round trips run under `block_in_place`,
-/// so the runtime's other tasks move to another worker meanwhile.
 pub fn caller(app: App) -> impl Filter<Extract = (Caller,), Error = Rejection> + Clone {
     api_key().and_then(move |key: Option<String>| {
         let app = app.clone();
         async move {
-            let caller = app.auth.authenticate(key.as_deref())?;
-            app.auth.check_rate(&caller, Instant::now())?;
+            let caller = app.auth.authenticate(key.as_deref()).await?;
+            app.auth.check_rate(&caller, Instant::now()).await?;
             Ok::<_, Rejection>(caller)
         }
     })
@@ -51,7 +47,7 @@ pub fn billed(
     caller(app.clone()).and_then(move |caller: Caller| {
         let app = app.clone();
         async move {
-            app.auth.check_quota(&caller, kind, clock::now_ms())?;
+            app.auth.check_quota(&caller, kind, clock::now_ms()).await?;
             Ok::<_, Rejection>(caller)
         }
     })

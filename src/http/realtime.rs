@@ -72,36 +72,41 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
     warp::path!("api" / "llm" / "chat" / "realtime")
         .and(warp::ws())
         .and(warp::header::optional::<String>("x-api-key"))
-        .map(move |ws: Ws, key: Option<String>| {
+        .and_then(move |ws: Ws, key: Option<String>| {
             let app = app.clone();
-            if app.lifecycle.is_draining() {
-                return ApiError::Draining.to_response();
-            }
-            let limits = &app.config.realtime;
-            let admitted = match app.auth.authenticate(key.as_deref()) {
-                Ok(caller) => {
-                    let name = format!("realtime:{}", caller.key.id);
-                    match app.slots.try_acquire(&name, limits.max_sessions_per_key) {
-                        Some(slot) => Ok((caller, slot)),
-                        None => {
-                            return ApiError::TooMany {
-                                code: "too_many_sessions",
-                                message: format!(
-                                    "this API key already has {} realtime sessions open",
-                                    limits.max_sessions_per_key
-                                ),
-                            }
-                            .to_response()
-                        }
-                    }
-                }
-                Err(e) => Err(e),
-            };
-            ws.max_message_size(limits.max_frame_bytes)
-                .max_frame_size(limits.max_frame_bytes)
-                .on_upgrade(move |socket| session(app, key, admitted, socket))
-                .into_response()
+            async move { Ok::<_, Rejection>(handshake(app, ws, key).await) }
         })
+}
+
+/// Admits the upgrade (see [`routes`]).
+async fn handshake(app: App, ws: Ws, key: Option<String>) -> warp::reply::Response {
+    if app.lifecycle.is_draining() {
+        return ApiError::Draining.to_response();
+    }
+    let limits = &app.config.realtime;
+    let admitted = match app.auth.authenticate(key.as_deref()).await {
+        Ok(caller) => {
+            let name = format!("realtime:{}", caller.key.id);
+            match app.slots.try_acquire(&name, limits.max_sessions_per_key) {
+                Some(slot) => Ok((caller, slot)),
+                None => {
+                    return ApiError::TooMany {
+                        code: "too_many_sessions",
+                        message: format!(
+                            "this API key already has {} realtime sessions open",
+                            limits.max_sessions_per_key
+                        ),
+                    }
+                    .to_response()
+                }
+            }
+        }
+        Err(e) => Err(e),
+    };
+    ws.max_message_size(limits.max_frame_bytes)
+        .max_frame_size(limits.max_frame_bytes)
+        .on_upgrade(move |socket| session(app, key, admitted, socket))
+        .into_response()
 }
 
 impl ServerFrame {
@@ -127,7 +132,7 @@ enum Next {
     Turn(Box<ChatTurn>, Option<String>, crate::usage::Reservation),
 }
 
-fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
+async fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -155,14 +160,14 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
         }
     };
     // The key and organisation as they are now, not as they were at the handshake.
-    match app.auth.authenticate(Some(key)) {
+    match app.auth.authenticate(Some(key)).await {
         Ok(fresh) => *caller = fresh,
         Err(e @ (AuthError::Store(_) | AuthError::PlanMissing(_))) => {
             return Next::Reply(ServerFrame::error(ApiError::Auth(e)))
         }
         Err(e) => return Next::Close(e),
     }
-    if let Err(e) = app.auth.check_rate(caller, Instant::now()) {
+    if let Err(e) = app.auth.check_rate(caller, Instant::now()).await {
         return Next::Reply(ServerFrame::error(ApiError::Auth(e)));
     }
     let sampling = Sampling {
@@ -178,7 +183,7 @@ fn on_frame(app: &App, key: &str, text: &str, caller: &mut Caller) -> Next {
         budget: None,
         response_format: None,
     };
-    match crate::http::chat::reserve_turn(app, caller, &mut turn) {
+    match crate::http::chat::reserve_turn(app, caller, &mut turn).await {
         Ok(reservation) => Next::Turn(Box::new(turn), fields.user, reservation),
         Err(e @ AuthError::QuotaExhausted(_)) => Next::Close(e),
         Err(e) => Next::Reply(ServerFrame::error(ApiError::Auth(e))),
@@ -355,7 +360,7 @@ async fn session(
                     }
                     continue;
                 }
-                match on_frame(&app, &key, text, &mut caller) {
+                match on_frame(&app, &key, text, &mut caller).await {
                     Next::Reply(f) => {
                         if !send(&f) {
                             break End::Gone;
@@ -374,7 +379,7 @@ async fn session(
                 }
             }
             () = crate::calls::next_check(&mut check, &mut changes) => {
-                match app.auth.authenticate(Some(&key)) {
+                match app.auth.authenticate(Some(&key)).await {
                     Ok(_) => {}
                     Err(e @ (AuthError::MissingKey | AuthError::InvalidKey | AuthError::OrgDeleted)) => break End::Refused(e),
                     // A store that fails a check is not a revocation; the next check retries.

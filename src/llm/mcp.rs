@@ -247,8 +247,18 @@ impl McpSession {
     /// Calls a tool and returns what to show the model: the tool's text, or the error.
     pub async fn call(&self, call: &ToolCall) -> String {
         let mut params = CallToolRequestParams::new(call.name.clone());
-        if let serde_json::Value::Object(args) = &call.arguments {
-            params = params.with_arguments(args.clone());
+        match &call.arguments {
+            serde_json::Value::Object(args) => params = params.with_arguments(args.clone()),
+            // The model wrote no arguments.
+            serde_json::Value::Null => {}
+            // Not sent as if it were a call without arguments: the model is told, and may
+            // call again.
+            other => {
+                return format!(
+                    "error: the arguments of {} must be a JSON object, not {other}",
+                    call.name
+                )
+            }
         }
         match tokio::time::timeout(self.timeout, self.client.call_tool(params)).await {
             Err(_) => format!("error: the tool {} did not answer in time", call.name),

@@ -127,6 +127,91 @@ struct PartialCall {
     arguments: String,
 }
 
+/// One streamed event of an OpenAI-compatible server: `chat.completion.chunk`, or an error.
+#[derive(Debug, serde::Deserialize)]
+struct StreamChunk {
+    #[serde(default)]
+    choices: Option<Vec<ChunkChoice>>,
+    #[serde(default)]
+    usage: Option<ChunkUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: Option<ChunkDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ChunkDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ChunkToolCall>>,
+}
+
+/// A piece of a tool call: its name and arguments arrive split over several chunks.
+#[derive(Debug, serde::Deserialize)]
+struct ChunkToolCall {
+    #[serde(default)]
+    index: u64,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: ChunkFunction,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ChunkFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ChunkUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    total_tokens: u64,
+}
+
+/// Reads a streamed event; an error names the field that did not fit.
+fn read_chunk(data: &str) -> Result<StreamChunk, LlmError> {
+    let mut reader = serde_json::Deserializer::from_str(data);
+    serde_path_to_error::deserialize(&mut reader).map_err(|e| {
+        LlmError::Upstream(format!(
+            "malformed stream event at {}: {}",
+            e.path(),
+            e.inner()
+        ))
+    })
+}
+
+/// The arguments of tool call `name` as the server sent them: a JSON object (none sent: no
+/// arguments). Anything else is the server's error, not an empty call.
+fn tool_arguments(name: &str, text: &str) -> Result<Value, LlmError> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(args @ Value::Object(_)) => Ok(args),
+        Ok(other) => Err(LlmError::Upstream(format!(
+            "tool call {name}: arguments must be a JSON object, not {other}"
+        ))),
+        Err(e) => Err(LlmError::Upstream(format!(
+            "tool call {name}: arguments are not JSON ({e})"
+        ))),
+    }
+}
+
 #[async_trait::async_trait]
 impl Provider for UpstreamLlm {
     async fn generate(
@@ -178,29 +263,26 @@ impl Provider for UpstreamLlm {
                     done = true;
                     break;
                 }
-                let v: Value = serde_json::from_str(&event.data)
-                    .map_err(|e| LlmError::Upstream(format!("malformed stream event: {e}")))?;
-                if let Some(err) = v.get("error") {
+                let chunk = read_chunk(&event.data)?;
+                if let Some(err) = chunk.error {
                     return Err(LlmError::Upstream(err.to_string()));
                 }
-                if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                if let Some(u) = chunk.usage {
                     usage = Some(Usage {
-                        prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-                        completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-                        total_tokens: u["total_tokens"].as_u64().unwrap_or(0),
+                        prompt_tokens: u.prompt_tokens,
+                        completion_tokens: u.completion_tokens,
+                        total_tokens: u.total_tokens,
                     });
                 }
-                let Some(choice) = v["choices"].get(0) else {
+                let Some(choice) = chunk.choices.into_iter().flatten().next() else {
                     continue;
                 };
-                if let Some(piece) = choice["delta"]["content"]
-                    .as_str()
-                    .filter(|p| !p.is_empty())
-                {
-                    text.push_str(piece);
+                let delta = choice.delta.unwrap_or_default();
+                if let Some(piece) = delta.content.filter(|p| !p.is_empty()) {
+                    text.push_str(&piece);
                     pieces += 1;
                     if let Some(tx) = &deltas {
-                        if tx.send(piece.to_owned()).await.is_err() {
+                        if tx.send(piece).await.is_err() {
                             // The provider's count comes only at the end; until then the
                             // estimate is a token per 4 bytes of prompt and one per piece.
                             let prompt =
@@ -215,26 +297,20 @@ impl Provider for UpstreamLlm {
                         }
                     }
                 }
-                for call in choice["delta"]["tool_calls"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                {
-                    let entry = calls
-                        .entry(call["index"].as_u64().unwrap_or(0))
-                        .or_default();
-                    if let Some(id) = call["id"].as_str() {
-                        entry.id = id.to_owned();
+                for call in delta.tool_calls.into_iter().flatten() {
+                    let entry = calls.entry(call.index).or_default();
+                    if let Some(id) = call.id {
+                        entry.id = id;
                     }
-                    if let Some(name) = call["function"]["name"].as_str() {
-                        entry.name.push_str(name);
+                    if let Some(name) = call.function.name {
+                        entry.name.push_str(&name);
                     }
-                    if let Some(args) = call["function"]["arguments"].as_str() {
-                        entry.arguments.push_str(args);
+                    if let Some(args) = call.function.arguments {
+                        entry.arguments.push_str(&args);
                     }
                 }
-                if let Some(reason) = choice["finish_reason"].as_str() {
-                    finish = Some(match reason {
+                if let Some(reason) = choice.finish_reason {
+                    finish = Some(match reason.as_str() {
                         "length" => FinishReason::Length,
                         "tool_calls" => FinishReason::ToolCalls,
                         _ => FinishReason::Stop,
@@ -247,20 +323,22 @@ impl Provider for UpstreamLlm {
                 "the stream ended before the answer did".into(),
             ));
         }
-        let tool_calls: Vec<ToolCall> = calls
+        let tool_calls = calls
             .into_values()
             .filter(|c| !c.name.is_empty())
             .enumerate()
-            .map(|(i, c)| ToolCall {
-                id: if c.id.is_empty() {
-                    format!("call_{i}")
-                } else {
-                    c.id
-                },
-                name: c.name,
-                arguments: serde_json::from_str(&c.arguments).unwrap_or_else(|_| json!({})),
+            .map(|(i, c)| {
+                Ok(ToolCall {
+                    id: if c.id.is_empty() {
+                        format!("call_{i}")
+                    } else {
+                        c.id
+                    },
+                    arguments: tool_arguments(&c.name, &c.arguments)?,
+                    name: c.name,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<ToolCall>, LlmError>>()?;
         let usage = usage
             .ok_or_else(|| LlmError::Upstream("the provider reported no token usage".into()))?;
         Ok(Completion {
@@ -278,5 +356,51 @@ impl Provider for UpstreamLlm {
 
     fn name(&self) -> &str {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_events_are_read_into_their_fields() {
+        let chunk = read_chunk(
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":1,"id":"c1","function":{"name":"lookup","arguments":"{\"q\""}}]},"finish_reason":null}],"usage":null}"#,
+        )
+        .unwrap();
+        let choice = chunk.choices.unwrap().into_iter().next().unwrap();
+        let delta = choice.delta.unwrap();
+        assert_eq!(delta.content.as_deref(), Some("Hi"));
+        let call = &delta.tool_calls.unwrap()[0];
+        assert_eq!((call.index, call.id.as_deref()), (1, Some("c1")));
+        assert_eq!(call.function.arguments.as_deref(), Some("{\"q\""));
+        // A server's own shape of nothing: null lists, no delta.
+        assert!(read_chunk(r#"{"choices":null,"usage":{"prompt_tokens":3}}"#).is_ok());
+    }
+
+    #[test]
+    fn a_malformed_event_names_the_field() {
+        let Err(LlmError::Upstream(message)) =
+            read_chunk(r#"{"choices":[{"delta":{"content":7}}]}"#)
+        else {
+            panic!("a number is no content")
+        };
+        assert!(message.contains("choices[0].delta.content"), "{message}");
+    }
+
+    #[test]
+    fn tool_arguments_are_an_object_or_an_error() {
+        assert_eq!(tool_arguments("f", "").unwrap(), json!({}));
+        assert_eq!(
+            tool_arguments("f", r#"{"city":"Oslo"}"#).unwrap(),
+            json!({"city": "Oslo"})
+        );
+        for bad in [r#"{"city":"Os"#, "[1, 2]", "\"text\""] {
+            let Err(LlmError::Upstream(message)) = tool_arguments("f", bad) else {
+                panic!("{bad} was taken")
+            };
+            assert!(message.starts_with("tool call f: "), "{message}");
+        }
     }
 }

@@ -43,58 +43,58 @@ const CHECKPOINT_BATCH: usize = 500;
 /// Copies everything `from` holds into the empty `to`. Everything but the ledger is read (and
 /// every secret opened) before anything is written, so a wrong key or an unreadable record
 /// leaves the target empty.
-pub fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyError> {
-    let existing_orgs = to.orgs()?.len();
-    let existing_users = to.users()?.len();
+pub async fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyError> {
+    let existing_orgs = to.orgs().await?.len();
+    let existing_users = to.users().await?.len();
     if existing_orgs > 0 || existing_users > 0 {
         return Err(CopyError::TargetNotEmpty(format!(
             "{existing_orgs} organisations, {existing_users} dashboard users"
         )));
     }
-    let orgs = from.orgs()?;
+    let orgs = from.orgs().await?;
     let mut records = Vec::with_capacity(orgs.len());
     for org in orgs {
-        let keys = from.api_keys(&org.id)?;
+        let keys = from.api_keys(&org.id).await?;
         let mut connectors = Vec::new();
-        for connector in from.connectors(&org.id)? {
-            if let Some(with_secret) = from.connector(&connector.client_id)? {
+        for connector in from.connectors(&org.id).await? {
+            if let Some(with_secret) = from.connector(&connector.client_id).await? {
                 connectors.push(with_secret);
             }
         }
         records.push((org, keys, connectors));
     }
-    let users = from.users()?;
+    let users = from.users().await?;
 
     let usage = |e: callstream_actors::usage::UsageError| StoreError::Backend(e.to_string());
     let mut report = CopyReport::default();
     for (org, keys, connectors) in records {
-        to.insert_org(&org)?;
+        to.insert_org(&org).await?;
         report.orgs += 1;
         for key in keys {
-            to.insert_api_key(&key)?;
+            to.insert_api_key(&key).await?;
             report.api_keys += 1;
         }
         for (connector, secret) in connectors {
-            to.insert_connector(&connector, &secret)?;
+            to.insert_connector(&connector, &secret).await?;
             report.connectors += 1;
         }
         let mut running: Vec<UsageEvent> = Vec::new();
-        for event in from.usage_events(&org.id, i64::MIN, i64::MAX)? {
+        for event in from.usage_events(&org.id, i64::MIN, i64::MAX).await? {
             report.usage_events += 1;
             if event.call_id.is_some() {
                 running.push(event);
                 if running.len() == CHECKPOINT_BATCH {
-                    to.checkpoint(&running).map_err(usage)?;
+                    to.checkpoint(&running).await.map_err(usage)?;
                     running.clear();
                 }
             } else {
-                to.record(&event).map_err(usage)?;
+                to.record(&event).await.map_err(usage)?;
             }
         }
-        to.checkpoint(&running).map_err(usage)?;
+        to.checkpoint(&running).await.map_err(usage)?;
     }
     for user in users {
-        to.insert_user(&user)?;
+        to.insert_user(&user).await?;
         report.users += 1;
     }
     Ok(report)

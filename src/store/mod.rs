@@ -57,7 +57,7 @@ pub struct Opened {
 
 /// Opens the store `storage` configures, creating it (or bringing its schema up to date) on
 /// first use. The data directory is created in either case: it holds the admin socket.
-pub fn open(storage: &crate::config::StorageConfig) -> Result<Opened, OpenError> {
+pub async fn open(storage: &crate::config::StorageConfig) -> Result<Opened, OpenError> {
     use crate::config::StorageBackend;
     use std::sync::Arc;
     let dir = &storage.data_dir;
@@ -87,11 +87,9 @@ pub fn open(storage: &crate::config::StorageConfig) -> Result<Opened, OpenError>
                 ));
             }
             let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
-            let pg = Arc::new(PgStore::open(
-                &storage.postgres_url,
-                storage.postgres_pool,
-                secrets,
-            )?);
+            let pg = Arc::new(
+                PgStore::open(&storage.postgres_url, storage.postgres_pool, secrets).await?,
+            );
             Opened {
                 store: pg.clone(),
                 shared: pg,
@@ -259,58 +257,69 @@ impl From<StoreError> for UsageError {
     }
 }
 
-/// Everything the service keeps. Implementations are shared between threads.
+/// Everything the service keeps. Implementations are shared between threads, and never block
+/// the async runtime's workers: sled's calls run on tokio's blocking threads, PostgreSQL's are
+/// async on pooled connections.
 ///
 /// Writes are durable when they return `Ok`: a usage event acknowledged by
 /// [`UsageSink::record`] survives a crash.
+#[async_trait::async_trait]
 pub trait Store: UsageSink + Send + Sync + 'static {
     /// Adds a dashboard user; the email must be new.
-    fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError>;
+    async fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError>;
     /// A dashboard user by email.
-    fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError>;
+    async fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError>;
     /// All dashboard users, oldest first.
-    fn users(&self) -> Result<Vec<DashboardUser>, StoreError>;
+    async fn users(&self) -> Result<Vec<DashboardUser>, StoreError>;
     /// Adds an organisation; its id must be new.
-    fn insert_org(&self, org: &Org) -> Result<(), StoreError>;
+    async fn insert_org(&self, org: &Org) -> Result<(), StoreError>;
     /// Replaces an existing organisation.
-    fn update_org(&self, org: &Org) -> Result<(), StoreError>;
+    async fn update_org(&self, org: &Org) -> Result<(), StoreError>;
     /// One organisation, deleted or not.
-    fn org(&self, id: &str) -> Result<Option<Org>, StoreError>;
+    async fn org(&self, id: &str) -> Result<Option<Org>, StoreError>;
     /// All organisations, deleted ones included, oldest first.
-    fn orgs(&self) -> Result<Vec<Org>, StoreError>;
+    async fn orgs(&self) -> Result<Vec<Org>, StoreError>;
 
     /// Adds an API key; its id and hash must be new.
-    fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
+    async fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
     /// Marks a key revoked (idempotent) and returns it.
-    fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError>;
+    async fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError>;
     /// One key by id.
-    fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError>;
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError>;
     /// The key whose secret hashes to `hash`.
-    fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError>;
+    async fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError>;
     /// An organisation's keys, oldest first.
-    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError>;
+    async fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError>;
 
     /// Adds a connector with its client secret; the client id must be new.
-    fn insert_connector(&self, connector: &Connector, secret: &[u8]) -> Result<(), StoreError>;
+    async fn insert_connector(
+        &self,
+        connector: &Connector,
+        secret: &[u8],
+    ) -> Result<(), StoreError>;
     /// Replaces a connector's secret and returns the updated connector.
-    fn rotate_connector(
+    async fn rotate_connector(
         &self,
         client_id: &str,
         secret: &[u8],
         at_ms: i64,
     ) -> Result<Connector, StoreError>;
     /// Marks a connector revoked (idempotent) and returns it.
-    fn revoke_connector(&self, client_id: &str, at_ms: i64) -> Result<Connector, StoreError>;
+    async fn revoke_connector(&self, client_id: &str, at_ms: i64) -> Result<Connector, StoreError>;
     /// One connector with its opened client secret, for signature verification.
-    fn connector(&self, client_id: &str) -> Result<Option<(Connector, Vec<u8>)>, StoreError>;
+    async fn connector(&self, client_id: &str) -> Result<Option<(Connector, Vec<u8>)>, StoreError>;
     /// An organisation's connectors, oldest first.
-    fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError>;
+    async fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError>;
 
     /// Per-day totals of an organisation for days `from..=to` (`YYYY-MM-DD`), in day order.
-    fn usage_by_day(&self, org_id: &str, from: &str, to: &str)
-        -> Result<Vec<DayUsage>, StoreError>;
+    async fn usage_by_day(
+        &self,
+        org_id: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<DayUsage>, StoreError>;
     /// Ledger events of an organisation with `from_ms <= at_ms < to_ms`, in time order.
-    fn usage_events(
+    async fn usage_events(
         &self,
         org_id: &str,
         from_ms: i64,

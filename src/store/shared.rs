@@ -43,13 +43,18 @@ pub enum Write<'a> {
 
 impl Write<'_> {
     /// Writes to `ledger`.
-    pub fn to(self, ledger: &dyn UsageSink) -> Result<(), UsageError> {
+    pub async fn to(self, ledger: &dyn UsageSink) -> Result<(), UsageError> {
         match self {
-            Write::Event(event) => ledger.record(event),
-            Write::Totals(totals) => ledger.checkpoint(totals),
+            Write::Event(event) => ledger.record(event).await,
+            Write::Totals(totals) => ledger.checkpoint(totals).await,
         }
     }
 }
+
+/// What the ledger holds of a pool in the month: read by [`SharedState::reserve`] while it
+/// holds the pool, when the state is kept beside the ledger rather than in it.
+pub type Used<'a, 'f> =
+    &'a (dyn Fn() -> futures_util::future::BoxFuture<'f, Result<u64, StoreError>> + Send + Sync);
 
 /// A call in progress on another instance, for the dashboard.
 #[derive(Debug, Clone)]
@@ -71,13 +76,15 @@ pub enum Space {
     Nonce = 3,
 }
 
-/// Short-lived shared entries and rate limits. Every method may block on the database.
+/// Short-lived shared entries and rate limits. The async methods may wait on the database; the
+/// others never wait.
+#[async_trait::async_trait]
 pub trait SharedState: Send + Sync {
     /// Counts one event of `key` against `per_minute` (GCRA: a burst of up to `per_minute`,
     /// then one every `60 s / per_minute`). `Ok(Err(wait))`: refused, and not counted; a
     /// request would be allowed after `wait`. `now` paces the in-process state; a database
     /// uses its own clock, which every instance shares.
-    fn rate(
+    async fn rate(
         &self,
         key: &str,
         per_minute: u32,
@@ -86,7 +93,7 @@ pub trait SharedState: Send + Sync {
 
     /// Stores `value` under `key` until `expires_ms` (Unix ms) unless a live entry is there;
     /// `true` when stored.
-    fn insert_new(
+    async fn insert_new(
         &self,
         space: Space,
         key: &str,
@@ -95,31 +102,33 @@ pub trait SharedState: Send + Sync {
     ) -> Result<bool, StoreError>;
 
     /// The live entry under `key`.
-    fn get(&self, space: Space, key: &str) -> Result<Option<String>, StoreError>;
+    async fn get(&self, space: Space, key: &str) -> Result<Option<String>, StoreError>;
 
     /// Removes the entry under `key` and returns it if it was live: one caller gets it.
-    fn take(&self, space: Space, key: &str) -> Result<Option<String>, StoreError>;
+    async fn take(&self, space: Space, key: &str) -> Result<Option<String>, StoreError>;
 
     /// Reserves up to `want` of `pool`, at least `min` (else nothing): what is left is the
     /// quota minus `used` (the ledger's total of the month) minus what every instance holds
     /// reserved, checked and taken in one step. `None`: less than `min` (or nothing) is left.
     /// An unlimited pool grants `want` and holds nothing (its release finds nothing to give
     /// back).
-    fn reserve(
+    async fn reserve(
         &self,
         pool: PoolRef<'_>,
         want: u64,
         min: u64,
-        used: &dyn Fn() -> Result<u64, StoreError>,
+        used: Used<'_, '_>,
     ) -> Result<Option<u64>, StoreError>;
 
     /// What every instance holds reserved of `org_id`'s `kind` pool, as it stands once the
     /// settlements in flight have given theirs back: a quota check that reads the ledger
     /// first never sees work both there and still reserved.
-    fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError>;
+    async fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError>;
 
-    /// Gives back `amount` of this instance's reservations of the pool.
-    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError>;
+    /// Gives back `amount` of this instance's reservations of the pool. Never waits: a database
+    /// is written from a task of its own, in order, and this instance's next `reserve` or
+    /// `reserved` sees it; a failure is logged (what stays held goes with the instance's rows).
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64);
 
     /// Writes `usage` to `ledger` and gives back `release` (organisation, pool, amount) of this
     /// instance's reservations, as one step to [`SharedState::reserve`]: no reservation sees
@@ -127,7 +136,7 @@ pub trait SharedState: Send + Sync {
     /// nor not at all, which would let the pool be passed. When the write fails nothing is
     /// given back. A database that is also the ledger writes there itself, in the same
     /// transaction.
-    fn settle(
+    async fn settle(
         &self,
         ledger: &dyn UsageSink,
         usage: Write<'_>,
@@ -136,14 +145,14 @@ pub trait SharedState: Send + Sync {
 
     /// Announces this process as a running instance (heartbeat, its reservations and calls
     /// counted by the others). Services call it; one-off commands do not.
-    fn start_instance(&self) {}
+    async fn start_instance(&self) {}
 
     /// Says this instance is draining: it takes no new calls or sessions.
-    fn set_draining(&self) {}
+    async fn set_draining(&self) {}
 
     /// Withdraws this instance at a graceful exit: what it held reserved and listed is
     /// given back at once rather than when its heartbeat is found stale.
-    fn stop_instance(&self) {}
+    async fn stop_instance(&self) {}
 
     /// A counter that moves when a key or connector is revoked or an organisation changes
     /// on any instance; `None` when only this process makes such changes (then watchers
@@ -153,20 +162,20 @@ pub trait SharedState: Send + Sync {
     }
 
     /// Tells every instance that a key, connector or organisation changed.
-    fn announce_change(&self) {}
+    async fn announce_change(&self) {}
 
-    /// Lists a call in progress here for the other instances' dashboards.
+    /// Lists a call in progress here for the other instances' dashboards. Never waits.
     fn call_opened(&self, _call_id: &str, _org_id: &str, _call: &str) {}
 
-    /// Removes a call listed with [`SharedState::call_opened`].
+    /// Removes a call listed with [`SharedState::call_opened`]. Never waits.
     fn call_ended(&self, _call_id: &str) {}
 
     /// The organisation's calls in progress on the other live instances.
-    fn remote_calls(&self, _org_id: &str) -> Vec<RemoteCall> {
+    async fn remote_calls(&self, _org_id: &str) -> Vec<RemoteCall> {
         Vec::new()
     }
 
-    /// Sends a live-page event (JSON) of `org_id` to the other instances.
+    /// Sends a live-page event (JSON) of `org_id` to the other instances. Never waits.
     fn publish_live(&self, _org_id: &str, _event: &str) {}
 
     /// Live-page events from the other instances: (organisation id, event JSON).
@@ -187,12 +196,13 @@ pub struct Local {
     limiter: RateLimiter,
     // A parking_lot Mutex: a map operation per call, never held across an await.
     entries: Mutex<HashMap<(Space, String), (String, i64)>>,
-    // A parking_lot Mutex: held for one ledger read, never across an await.
+    // A parking_lot Mutex: a map operation per call, never held across an await.
     reserved: Mutex<HashMap<(String, UsageKind), u64>>,
     // Per pool (hashed): a reservation takes it alone, to read the ledger and the
     // reservations as they stand; settlements take it together, so they share their fsyncs,
-    // and a reservation waits for those in flight. Never held across an await.
-    pools: Vec<parking_lot::RwLock<()>>,
+    // and a reservation waits for those in flight. Held across the ledger's read or write,
+    // so an async lock.
+    pools: Vec<tokio::sync::RwLock<()>>,
 }
 
 impl Default for Local {
@@ -202,7 +212,7 @@ impl Default for Local {
             entries: Mutex::default(),
             reserved: Mutex::default(),
             pools: (0..POOL_LOCKS)
-                .map(|_| parking_lot::RwLock::new(()))
+                .map(|_| tokio::sync::RwLock::new(()))
                 .collect(),
         }
     }
@@ -226,8 +236,9 @@ impl Local {
     }
 }
 
+#[async_trait::async_trait]
 impl SharedState for Local {
-    fn rate(
+    async fn rate(
         &self,
         key: &str,
         per_minute: u32,
@@ -236,7 +247,7 @@ impl SharedState for Local {
         Ok(self.limiter.check(key, per_minute, now))
     }
 
-    fn insert_new(
+    async fn insert_new(
         &self,
         space: Space,
         key: &str,
@@ -265,7 +276,7 @@ impl SharedState for Local {
         Ok(true)
     }
 
-    fn get(&self, space: Space, key: &str) -> Result<Option<String>, StoreError> {
+    async fn get(&self, space: Space, key: &str) -> Result<Option<String>, StoreError> {
         let now = clock::now_ms();
         Ok(self
             .entries()
@@ -274,7 +285,7 @@ impl SharedState for Local {
             .map(|(value, _)| value.clone()))
     }
 
-    fn take(&self, space: Space, key: &str) -> Result<Option<String>, StoreError> {
+    async fn take(&self, space: Space, key: &str) -> Result<Option<String>, StoreError> {
         let now = clock::now_ms();
         Ok(self
             .entries()
@@ -283,22 +294,25 @@ impl SharedState for Local {
             .map(|(value, _)| value))
     }
 
-    fn reserve(
+    async fn reserve(
         &self,
         pool: PoolRef<'_>,
         want: u64,
         min: u64,
-        used: &dyn Fn() -> Result<u64, StoreError>,
+        used: Used<'_, '_>,
     ) -> Result<Option<u64>, StoreError> {
         // An unlimited pool has nothing to hold back.
         let Some(quota) = pool.quota else {
             return Ok(Some(want));
         };
-        let _alone = self.pools[self.pool_lock(pool.org_id, pool.kind)].write();
+        let _alone = self.pools[self.pool_lock(pool.org_id, pool.kind)]
+            .write()
+            .await;
+        let used = used().await?;
         let mut reserved = self.reserved();
         let key = (pool.org_id.to_owned(), pool.kind);
         let held = reserved.get(&key).copied().unwrap_or(0);
-        let granted = want.min(quota.saturating_sub(used()?).saturating_sub(held));
+        let granted = want.min(quota.saturating_sub(used).saturating_sub(held));
         if granted < min.max(1) && want > 0 {
             return Ok(None);
         }
@@ -306,11 +320,11 @@ impl SharedState for Local {
         Ok(Some(granted))
     }
 
-    fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
+    async fn reserved(&self, org_id: &str, kind: UsageKind) -> Result<u64, StoreError> {
         // Alone on the pool, as `reserve` is: a settlement in flight (its usage already
         // readable in the ledger, its reservation not yet given back) is waited for, so a
         // quota check that read the ledger first never counts that work twice.
-        let _alone = self.pools[self.pool_lock(org_id, kind)].write();
+        let _alone = self.pools[self.pool_lock(org_id, kind)].write().await;
         Ok(self
             .reserved()
             .get(&(org_id.to_owned(), kind))
@@ -318,12 +332,11 @@ impl SharedState for Local {
             .unwrap_or(0))
     }
 
-    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) -> Result<(), StoreError> {
+    fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
         give_back(&mut self.reserved(), org_id, kind, amount);
-        Ok(())
     }
 
-    fn settle(
+    async fn settle(
         &self,
         ledger: &dyn UsageSink,
         usage: Write<'_>,
@@ -338,8 +351,11 @@ impl SharedState for Local {
             .collect();
         locks.sort_unstable();
         locks.dedup();
-        let _shared: Vec<_> = locks.into_iter().map(|i| self.pools[i].read()).collect();
-        usage.to(ledger)?;
+        let mut _shared = Vec::with_capacity(locks.len());
+        for i in locks {
+            _shared.push(self.pools[i].read().await);
+        }
+        usage.to(ledger).await?;
         let mut reserved = self.reserved();
         for (org_id, kind, amount) in release {
             give_back(&mut reserved, org_id, *kind, *amount);

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink, UsageSource};
+use futures_util::future::BoxFuture;
 
 use super::crypto::KEY_LEN;
 use super::testpg::Cluster;
@@ -15,18 +16,19 @@ use super::{
 use crate::clock;
 
 /// A place a store lives, which can be opened (again) with a given key.
-trait Backend {
+#[async_trait::async_trait]
+trait Backend: Sync {
     /// Opens the store; a previous handle must have been dropped.
-    fn open_with(&self, key: u8) -> Arc<dyn Store>;
+    async fn open_with(&self, key: u8) -> Arc<dyn Store>;
     /// Everything stored, as bytes, for plaintext checks (no store handle may be open).
-    fn raw(&self) -> Vec<u8>;
+    async fn raw(&self) -> Vec<u8>;
 
-    fn open(&self) -> Arc<dyn Store> {
-        self.open_with(3)
+    async fn open(&self) -> Arc<dyn Store> {
+        self.open_with(3).await
     }
 
     /// The shared state as two instances see it.
-    fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>);
+    async fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>);
 }
 
 struct Sled(tempfile::TempDir);
@@ -37,18 +39,19 @@ impl Sled {
     }
 }
 
+#[async_trait::async_trait]
 impl Backend for Sled {
-    fn open_with(&self, key: u8) -> Arc<dyn Store> {
+    async fn open_with(&self, key: u8) -> Arc<dyn Store> {
         Arc::new(SledStore::open(self.0.path(), SecretBox::new(&[key; KEY_LEN])).unwrap())
     }
 
-    fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
+    async fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
         // One process, one state: what the embedded store's single instance uses.
         let local: Arc<dyn SharedState> = Arc::new(super::shared::Local::default());
         (local.clone(), local)
     }
 
-    fn raw(&self) -> Vec<u8> {
+    async fn raw(&self) -> Vec<u8> {
         let db = sled::open(self.0.path().join(super::sled::DB_DIR)).unwrap();
         let mut raw = Vec::new();
         for name in db.tree_names() {
@@ -70,22 +73,40 @@ impl Postgres {
     }
 }
 
+/// A client of the database at `url`, its connection driven by a task of its own.
+async fn client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[async_trait::async_trait]
 impl Backend for Postgres {
-    fn open_with(&self, key: u8) -> Arc<dyn Store> {
-        Arc::new(PgStore::open(&self.0, 4, SecretBox::new(&[key; KEY_LEN])).unwrap())
+    async fn open_with(&self, key: u8) -> Arc<dyn Store> {
+        Arc::new(
+            PgStore::open(&self.0, 4, SecretBox::new(&[key; KEY_LEN]))
+                .await
+                .unwrap(),
+        )
     }
 
-    fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
-        let open = || -> Arc<dyn SharedState> {
-            let instance = PgStore::open(&self.0, 4, SecretBox::new(&[3; KEY_LEN])).unwrap();
-            instance.start_instance();
-            Arc::new(instance)
-        };
-        (open(), open())
+    async fn shared_pair(&self) -> (Arc<dyn SharedState>, Arc<dyn SharedState>) {
+        let mut pair = Vec::new();
+        for _ in 0..2 {
+            let instance = PgStore::open(&self.0, 4, SecretBox::new(&[3; KEY_LEN]))
+                .await
+                .unwrap();
+            instance.start_instance().await;
+            pair.push(Arc::new(instance) as Arc<dyn SharedState>);
+        }
+        let other = pair.pop().unwrap();
+        (pair.pop().unwrap(), other)
     }
 
-    fn raw(&self) -> Vec<u8> {
-        let mut client = postgres::Client::connect(&self.0, postgres::NoTls).unwrap();
+    async fn raw(&self) -> Vec<u8> {
+        let client = client(&self.0).await;
         let mut raw = Vec::new();
         for table in [
             "orgs",
@@ -96,6 +117,7 @@ impl Backend for Postgres {
         ] {
             for row in client
                 .query(&format!("SELECT t::text FROM {table} t"), &[])
+                .await
                 .unwrap()
             {
                 raw.extend_from_slice(row.get::<_, &str>(0).as_bytes());
@@ -176,26 +198,30 @@ fn connector(id: &str, org: &str) -> Connector {
 /// 2026-11-25 23:59:59.999 UTC: one millisecond later is another day.
 const BEFORE_MIDNIGHT: i64 = 1_795_651_199_999;
 
-fn running_totals_are_written_over_and_days_grow_by_the_difference(b: &dyn Backend) {
+async fn running_totals_are_written_over_and_days_grow_by_the_difference(b: &dyn Backend) {
     {
-        let s = b.open();
+        let s = b.open().await;
         s.checkpoint(&[
             running("c1", BEFORE_MIDNIGHT - 5000, 1000),
             running("c2", BEFORE_MIDNIGHT - 10, 300),
         ])
+        .await
         .unwrap();
         s.checkpoint(&[running("c1", BEFORE_MIDNIGHT - 5000, 2500)])
+            .await
             .unwrap();
         // The same total again (a batch sent twice) changes nothing.
         s.checkpoint(&[running("c1", BEFORE_MIDNIGHT - 5000, 2500)])
+            .await
             .unwrap();
         // After midnight the call starts a new row.
         s.checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 400)])
+            .await
             .unwrap();
     }
     // What was acknowledged is there after reopening.
-    let s = b.open();
-    let events = s.usage_events("org_a", 0, i64::MAX).unwrap();
+    let s = b.open().await;
+    let events = s.usage_events("org_a", 0, i64::MAX).await.unwrap();
     let mut amounts: Vec<(Option<String>, u64)> = events
         .iter()
         .map(|e| (e.call_id.clone(), e.amount))
@@ -209,50 +235,56 @@ fn running_totals_are_written_over_and_days_grow_by_the_difference(b: &dyn Backe
             (Some("c2".into()), 300)
         ]
     );
-    let days = s.usage_by_day("org_a", "2026-11-25", "2026-11-26").unwrap();
+    let days = s
+        .usage_by_day("org_a", "2026-11-25", "2026-11-26")
+        .await
+        .unwrap();
     let totals: Vec<u64> = days.iter().map(|d| d.amount).collect();
     assert_eq!(totals, [2800, 400]);
 }
 
-fn orgs_round_trip_with_sealed_mcp_headers(b: &dyn Backend) {
+async fn orgs_round_trip_with_sealed_mcp_headers(b: &dyn Backend) {
     {
-        let s = b.open();
-        s.insert_org(&org("org_a")).unwrap();
+        let s = b.open().await;
+        s.insert_org(&org("org_a")).await.unwrap();
         assert!(matches!(
-            s.insert_org(&org("org_a")),
+            s.insert_org(&org("org_a")).await,
             Err(StoreError::Exists { .. })
         ));
-        assert_eq!(s.org("org_a").unwrap().unwrap(), org("org_a"));
-        assert_eq!(s.org("org_zz").unwrap(), None);
+        assert_eq!(s.org("org_a").await.unwrap().unwrap(), org("org_a"));
+        assert_eq!(s.org("org_zz").await.unwrap(), None);
         let mut deleted = org("org_a");
         deleted.deleted = true;
         deleted.mcp = None;
-        s.update_org(&deleted).unwrap();
-        assert_eq!(s.org("org_a").unwrap().unwrap(), deleted);
-        s.update_org(&org("org_a")).unwrap();
+        s.update_org(&deleted).await.unwrap();
+        assert_eq!(s.org("org_a").await.unwrap().unwrap(), deleted);
+        s.update_org(&org("org_a")).await.unwrap();
         let mut second = org("org_b");
         second.created_at_ms = 2;
-        s.insert_org(&second).unwrap();
-        let ids: Vec<String> = s.orgs().unwrap().into_iter().map(|o| o.id).collect();
+        s.insert_org(&second).await.unwrap();
+        let ids: Vec<String> = s.orgs().await.unwrap().into_iter().map(|o| o.id).collect();
         assert_eq!(ids, ["org_a", "org_b"]);
         assert!(matches!(
-            s.update_org(&org("org_c")),
+            s.update_org(&org("org_c")).await,
             Err(StoreError::NotFound { .. })
         ));
     }
-    let raw = b.raw();
+    let raw = b.raw().await;
     assert!(contains(&raw, b"org_a"), "the raw view sees the records");
     assert!(!contains(&raw, b"hunter2"));
     assert!(!contains(&raw, hex(b"hunter2").as_bytes()));
 }
 
-fn ledger_and_daily_totals_agree(b: &dyn Backend) {
-    let s = b.open();
+async fn ledger_and_daily_totals_agree(b: &dyn Backend) {
+    let s = b.open().await;
     s.record(&event("org_a", BEFORE_MIDNIGHT, UsageKind::Tokens, 10))
+        .await
         .unwrap();
     s.record(&event("org_a", BEFORE_MIDNIGHT + 1, UsageKind::Tokens, 5))
+        .await
         .unwrap();
     s.record(&event("org_a", BEFORE_MIDNIGHT + 2, UsageKind::Tokens, 7))
+        .await
         .unwrap();
     s.record(&event(
         "org_a",
@@ -260,6 +292,7 @@ fn ledger_and_daily_totals_agree(b: &dyn Backend) {
         UsageKind::AudioMs,
         1500,
     ))
+    .await
     .unwrap();
     s.record(&event(
         "org_ab",
@@ -267,9 +300,13 @@ fn ledger_and_daily_totals_agree(b: &dyn Backend) {
         UsageKind::Tokens,
         1000,
     ))
+    .await
     .unwrap();
 
-    let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
+    let days = s
+        .usage_by_day("org_a", "2026-11-01", "2026-11-30")
+        .await
+        .unwrap();
     let view: Vec<(&str, UsageKind, u64)> = days
         .iter()
         .map(|d| (d.day.as_str(), d.kind, d.amount))
@@ -284,11 +321,12 @@ fn ledger_and_daily_totals_agree(b: &dyn Backend) {
     );
     assert_eq!(
         s.usage_by_day("org_a", "2026-11-26", "2026-11-26")
+            .await
             .unwrap()
             .len(),
         2
     );
-    let events = s.usage_events("org_a", 0, i64::MAX).unwrap();
+    let events = s.usage_events("org_a", 0, i64::MAX).await.unwrap();
     assert_eq!(events.len(), 4);
     assert_eq!(
         events[0],
@@ -296,18 +334,19 @@ fn ledger_and_daily_totals_agree(b: &dyn Backend) {
     );
     assert_eq!(
         s.usage_events("org_a", BEFORE_MIDNIGHT + 1, BEFORE_MIDNIGHT + 2)
+            .await
             .unwrap()
             .len(),
         1
     );
 }
 
-fn concurrent_charges_are_all_recorded(b: &dyn Backend) {
-    let s = b.open();
+async fn concurrent_charges_are_all_recorded(b: &dyn Backend) {
+    let s = b.open().await;
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let s = s.clone();
-            std::thread::spawn(move || {
+            tokio::spawn(async move {
                 for i in 0..25 {
                     s.record(&event(
                         "org_a",
@@ -315,29 +354,34 @@ fn concurrent_charges_are_all_recorded(b: &dyn Backend) {
                         UsageKind::Tokens,
                         1,
                     ))
+                    .await
                     .unwrap();
                 }
             })
         })
         .collect();
-    // Running totals of two calls, each from its own thread (one writer per call, as the
+    // Running totals of two calls, each from its own task (one writer per call, as the
     // billing actor of the instance that runs it), growing the same day at the same time.
     let writers: Vec<_> = ["c1", "c2"]
         .into_iter()
         .map(|call| {
             let s = s.clone();
-            std::thread::spawn(move || {
+            tokio::spawn(async move {
                 for amount in 1..=20 {
                     s.checkpoint(&[running(call, 1_795_651_000_000, amount * 100)])
+                        .await
                         .unwrap();
                 }
             })
         })
         .collect();
     for t in threads.into_iter().chain(writers) {
-        t.join().unwrap();
+        t.await.unwrap();
     }
-    let days = s.usage_by_day("org_a", "2026-11-01", "2026-11-30").unwrap();
+    let days = s
+        .usage_by_day("org_a", "2026-11-01", "2026-11-30")
+        .await
+        .unwrap();
     let sum = |kind| {
         days.iter()
             .filter(|d| d.kind == kind)
@@ -346,129 +390,146 @@ fn concurrent_charges_are_all_recorded(b: &dyn Backend) {
     };
     assert_eq!(sum(UsageKind::Tokens), 200);
     assert_eq!(sum(UsageKind::AudioMs), 4000);
-    assert_eq!(s.usage_events("org_a", 0, i64::MAX).unwrap().len(), 202);
+    assert_eq!(
+        s.usage_events("org_a", 0, i64::MAX).await.unwrap().len(),
+        202
+    );
 }
 
-fn api_keys_resolve_by_hash_and_revoke(b: &dyn Backend) {
-    let s = b.open();
+async fn api_keys_resolve_by_hash_and_revoke(b: &dyn Backend) {
+    let s = b.open().await;
     let k = key("key_1", "org_a", 0xab);
-    s.insert_api_key(&k).unwrap();
+    s.insert_api_key(&k).await.unwrap();
     assert!(matches!(
-        s.insert_api_key(&k),
+        s.insert_api_key(&k).await,
         Err(StoreError::Exists { .. })
     ));
     // The same secret under another id is refused too.
     assert!(matches!(
-        s.insert_api_key(&key("key_9", "org_a", 0xab)),
+        s.insert_api_key(&key("key_9", "org_a", 0xab)).await,
         Err(StoreError::Exists { .. })
     ));
-    assert_eq!(s.api_key_by_hash(&[0xab; 32]).unwrap().unwrap(), k);
-    assert_eq!(s.api_key("key_1").unwrap().unwrap(), k);
-    assert_eq!(s.api_key_by_hash(&[0xac; 32]).unwrap(), None);
-    let revoked = s.revoke_api_key("key_1", 9).unwrap();
+    assert_eq!(s.api_key_by_hash(&[0xab; 32]).await.unwrap().unwrap(), k);
+    assert_eq!(s.api_key("key_1").await.unwrap().unwrap(), k);
+    assert_eq!(s.api_key_by_hash(&[0xac; 32]).await.unwrap(), None);
+    let revoked = s.revoke_api_key("key_1", 9).await.unwrap();
     assert_eq!(revoked.revoked_at_ms, Some(9));
     assert_eq!(
-        s.revoke_api_key("key_1", 10).unwrap().revoked_at_ms,
+        s.revoke_api_key("key_1", 10).await.unwrap().revoked_at_ms,
         Some(9)
     );
     assert!(matches!(
-        s.revoke_api_key("key_2", 1),
+        s.revoke_api_key("key_2", 1).await,
         Err(StoreError::NotFound { .. })
     ));
     let mut later = key("key_2", "org_a", 0xcd);
     later.created_at_ms = 6;
-    s.insert_api_key(&later).unwrap();
+    s.insert_api_key(&later).await.unwrap();
     let ids: Vec<String> = s
         .api_keys("org_a")
+        .await
         .unwrap()
         .into_iter()
         .map(|k| k.id)
         .collect();
     assert_eq!(ids, ["key_1", "key_2"]);
-    assert!(s.api_keys("org_b").unwrap().is_empty());
+    assert!(s.api_keys("org_b").await.unwrap().is_empty());
 }
 
-fn connector_secret_is_sealed_and_rotates(b: &dyn Backend) {
+async fn connector_secret_is_sealed_and_rotates(b: &dyn Backend) {
     {
-        let s = b.open();
+        let s = b.open().await;
         let c = connector("cc_1", "org_a");
-        s.insert_connector(&c, b"first-secret").unwrap();
+        s.insert_connector(&c, b"first-secret").await.unwrap();
         assert!(matches!(
-            s.insert_connector(&c, b"x"),
+            s.insert_connector(&c, b"x").await,
             Err(StoreError::Exists { .. })
         ));
         assert_eq!(
-            s.connector("cc_1").unwrap().unwrap(),
+            s.connector("cc_1").await.unwrap().unwrap(),
             (c.clone(), b"first-secret".to_vec())
         );
-        let rotated = s.rotate_connector("cc_1", b"second-secret", 7).unwrap();
+        let rotated = s
+            .rotate_connector("cc_1", b"second-secret", 7)
+            .await
+            .unwrap();
         assert_eq!(rotated.rotated_at_ms, Some(7));
-        assert_eq!(s.connector("cc_1").unwrap().unwrap().1, b"second-secret");
         assert_eq!(
-            s.revoke_connector("cc_1", 8).unwrap().revoked_at_ms,
+            s.connector("cc_1").await.unwrap().unwrap().1,
+            b"second-secret"
+        );
+        assert_eq!(
+            s.revoke_connector("cc_1", 8).await.unwrap().revoked_at_ms,
             Some(8)
         );
         assert_eq!(
-            s.revoke_connector("cc_1", 9).unwrap().revoked_at_ms,
+            s.revoke_connector("cc_1", 9).await.unwrap().revoked_at_ms,
             Some(8)
         );
         assert!(matches!(
-            s.rotate_connector("cc_9", b"x", 1),
+            s.rotate_connector("cc_9", b"x", 1).await,
             Err(StoreError::NotFound { .. })
         ));
         assert!(matches!(
-            s.revoke_connector("cc_9", 1),
+            s.revoke_connector("cc_9", 1).await,
             Err(StoreError::NotFound { .. })
         ));
-        assert_eq!(s.connectors("org_a").unwrap().len(), 1);
-        assert!(s.connectors("org_b").unwrap().is_empty());
-        assert_eq!(s.connector("cc_9").unwrap(), None);
+        assert_eq!(s.connectors("org_a").await.unwrap().len(), 1);
+        assert!(s.connectors("org_b").await.unwrap().is_empty());
+        assert_eq!(s.connector("cc_9").await.unwrap(), None);
     }
-    let raw = b.raw();
+    let raw = b.raw().await;
     assert!(!contains(&raw, b"second-secret"));
     assert!(!contains(&raw, hex(b"second-secret").as_bytes()));
-    let wrong_key = b.open_with(4);
+    let wrong_key = b.open_with(4).await;
     assert!(matches!(
-        wrong_key.connector("cc_1"),
+        wrong_key.connector("cc_1").await,
         Err(StoreError::Decrypt)
     ));
 }
 
-fn dashboard_users_are_unique_by_email(b: &dyn Backend) {
-    let s = b.open();
+async fn dashboard_users_are_unique_by_email(b: &dyn Backend) {
+    let s = b.open().await;
     let user = |email: &str, at| DashboardUser {
         email: email.into(),
         org_id: "org_a".into(),
         password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
         created_at_ms: at,
     };
-    s.insert_user(&user("b@example.com", 2)).unwrap();
-    s.insert_user(&user("a@example.com", 1)).unwrap();
+    s.insert_user(&user("b@example.com", 2)).await.unwrap();
+    s.insert_user(&user("a@example.com", 1)).await.unwrap();
     assert!(matches!(
-        s.insert_user(&user("a@example.com", 3)),
+        s.insert_user(&user("a@example.com", 3)).await,
         Err(StoreError::Exists { .. })
     ));
     assert_eq!(
-        s.user("a@example.com").unwrap().unwrap(),
+        s.user("a@example.com").await.unwrap().unwrap(),
         user("a@example.com", 1)
     );
-    assert_eq!(s.user("c@example.com").unwrap(), None);
-    let emails: Vec<String> = s.users().unwrap().into_iter().map(|u| u.email).collect();
+    assert_eq!(s.user("c@example.com").await.unwrap(), None);
+    let emails: Vec<String> = s
+        .users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.email)
+        .collect();
     assert_eq!(emails, ["a@example.com", "b@example.com"]);
 }
 
 /// Fills a store with one of everything.
-fn populate(s: &dyn Store) {
-    s.insert_org(&org("org_a")).unwrap();
+async fn populate(s: &dyn Store) {
+    s.insert_org(&org("org_a")).await.unwrap();
     let mut gone = org("org_b");
     gone.deleted = true;
     gone.mcp = None;
     gone.created_at_ms = 2;
-    s.insert_org(&gone).unwrap();
-    s.insert_api_key(&key("key_1", "org_a", 1)).unwrap();
-    s.insert_api_key(&key("key_2", "org_b", 2)).unwrap();
-    s.revoke_api_key("key_2", 3).unwrap();
+    s.insert_org(&gone).await.unwrap();
+    s.insert_api_key(&key("key_1", "org_a", 1)).await.unwrap();
+    s.insert_api_key(&key("key_2", "org_b", 2)).await.unwrap();
+    s.revoke_api_key("key_2", 3).await.unwrap();
     s.insert_connector(&connector("cc_1", "org_a"), b"s3cret")
+        .await
         .unwrap();
     s.insert_user(&DashboardUser {
         email: "a@example.com".into(),
@@ -476,29 +537,39 @@ fn populate(s: &dyn Store) {
         password_hash: "hash".into(),
         created_at_ms: 1,
     })
+    .await
     .unwrap();
     s.record(&event("org_a", BEFORE_MIDNIGHT, UsageKind::Tokens, 10))
+        .await
         .unwrap();
     s.record(&event("org_b", BEFORE_MIDNIGHT + 5, UsageKind::Tokens, 4))
+        .await
         .unwrap();
     s.checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 1500)])
+        .await
         .unwrap();
 }
 
 /// Everything a store says, to compare two stores.
-fn dump(s: &dyn Store) -> String {
-    let mut out = format!("{:?}\n{:?}\n", s.orgs().unwrap(), s.users().unwrap());
-    for org in s.orgs().unwrap() {
-        out += &format!("{:?}\n", s.api_keys(&org.id).unwrap());
-        for c in s.connectors(&org.id).unwrap() {
-            out += &format!("{:?}\n", s.connector(&c.client_id).unwrap());
+async fn dump(s: &dyn Store) -> String {
+    let mut out = format!(
+        "{:?}\n{:?}\n",
+        s.orgs().await.unwrap(),
+        s.users().await.unwrap()
+    );
+    for org in s.orgs().await.unwrap() {
+        out += &format!("{:?}\n", s.api_keys(&org.id).await.unwrap());
+        for c in s.connectors(&org.id).await.unwrap() {
+            out += &format!("{:?}\n", s.connector(&c.client_id).await.unwrap());
         }
-        let mut events = s.usage_events(&org.id, 0, i64::MAX).unwrap();
+        let mut events = s.usage_events(&org.id, 0, i64::MAX).await.unwrap();
         events.sort_by_key(|e| (e.at_ms, e.amount));
         out += &format!("{events:?}\n");
         out += &format!(
             "{:?}\n",
-            s.usage_by_day(&org.id, "2026-01-01", "2026-12-31").unwrap()
+            s.usage_by_day(&org.id, "2026-01-01", "2026-12-31")
+                .await
+                .unwrap()
         );
     }
     out
@@ -506,11 +577,11 @@ fn dump(s: &dyn Store) -> String {
 
 /// A copy into the backend under test says what the source says, keeps running totals as
 /// running totals, refuses a target that is not empty, and copies out again to either kind.
-fn copy_moves_everything(b: &dyn Backend) {
-    let source = Sled::new().open_with(5);
-    populate(&*source);
-    let target = b.open();
-    let report = super::copy::copy(&*source, &*target).unwrap();
+async fn copy_moves_everything(b: &dyn Backend) {
+    let source = Sled::new().open_with(5).await;
+    populate(&*source).await;
+    let target = b.open().await;
+    let report = super::copy::copy(&*source, &*target).await.unwrap();
     assert_eq!(
         (
             report.orgs,
@@ -521,66 +592,79 @@ fn copy_moves_everything(b: &dyn Backend) {
         (2, 2, 1, 1)
     );
     assert_eq!(report.usage_events, 3);
-    assert_eq!(dump(&*source), dump(&*target));
+    assert_eq!(dump(&*source).await, dump(&*target).await);
     // The running total is still one: a later checkpoint writes over it.
     target
         .checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 2000)])
+        .await
         .unwrap();
     let days = target
         .usage_by_day("org_a", "2026-11-26", "2026-11-26")
+        .await
         .unwrap();
     assert_eq!(days[0].amount, 2000);
     assert!(matches!(
-        super::copy::copy(&*source, &*target),
+        super::copy::copy(&*source, &*target).await,
         Err(super::copy::CopyError::TargetNotEmpty(_))
     ));
-    for out in [Sled::new().open_with(6), Postgres::new().open_with(6)] {
-        super::copy::copy(&*target, &*out).unwrap();
-        assert_eq!(dump(&*target), dump(&*out));
+    for out in [
+        Sled::new().open_with(6).await,
+        Postgres::new().open_with(6).await,
+    ] {
+        super::copy::copy(&*target, &*out).await.unwrap();
+        assert_eq!(dump(&*target).await, dump(&*out).await);
     }
 }
 
 /// An entry stored by one instance is seen, and refused again, by the other; `take` hands it
 /// to one caller; expired entries count as absent.
-fn shared_entries_are_seen_by_every_instance(b: &dyn Backend) {
-    let (a, other) = b.shared_pair();
+async fn shared_entries_are_seen_by_every_instance(b: &dyn Backend) {
+    let (a, other) = b.shared_pair().await;
     let later = clock::now_ms() + 60_000;
-    assert!(a.insert_new(Space::Nonce, "n1", "", later).unwrap());
-    assert!(!other.insert_new(Space::Nonce, "n1", "", later).unwrap());
+    assert!(a.insert_new(Space::Nonce, "n1", "", later).await.unwrap());
+    assert!(!other
+        .insert_new(Space::Nonce, "n1", "", later)
+        .await
+        .unwrap());
     // Spaces are apart.
     assert!(other
         .insert_new(Space::SignInForm, "n1", "", later)
+        .await
         .unwrap());
     assert!(other
         .insert_new(Space::Session, "s1", "{\"v\":1}", later)
+        .await
         .unwrap());
     assert_eq!(
-        a.get(Space::Session, "s1").unwrap().as_deref(),
+        a.get(Space::Session, "s1").await.unwrap().as_deref(),
         Some("{\"v\":1}")
     );
     assert_eq!(
-        a.take(Space::SignInForm, "n1").unwrap().as_deref(),
+        a.take(Space::SignInForm, "n1").await.unwrap().as_deref(),
         Some("")
     );
-    assert_eq!(other.take(Space::SignInForm, "n1").unwrap(), None);
-    assert_eq!(other.get(Space::Session, "nope").unwrap(), None);
+    assert_eq!(other.take(Space::SignInForm, "n1").await.unwrap(), None);
+    assert_eq!(other.get(Space::Session, "nope").await.unwrap(), None);
     // An expired entry is absent, and may be stored again.
     let past = clock::now_ms() - 1;
-    assert!(a.insert_new(Space::Nonce, "old", "", past).unwrap());
-    assert_eq!(other.get(Space::Nonce, "old").unwrap(), None);
-    assert!(other.insert_new(Space::Nonce, "old", "", later).unwrap());
-    assert!(!a.insert_new(Space::Nonce, "old", "", later).unwrap());
+    assert!(a.insert_new(Space::Nonce, "old", "", past).await.unwrap());
+    assert_eq!(other.get(Space::Nonce, "old").await.unwrap(), None);
+    assert!(other
+        .insert_new(Space::Nonce, "old", "", later)
+        .await
+        .unwrap());
+    assert!(!a.insert_new(Space::Nonce, "old", "", later).await.unwrap());
 }
 
 /// A burst split across two instances gets the key's budget once, not once per instance.
-fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
-    let (a, other) = b.shared_pair();
+async fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
+    let (a, other) = b.shared_pair().await;
     let now = std::time::Instant::now();
     let mut allowed = 0;
     let mut waits = Vec::new();
     for i in 0..40 {
         let instance = if i % 2 == 0 { &a } else { &other };
-        match instance.rate("key:k1", 30, now).unwrap() {
+        match instance.rate("key:k1", 30, now).await.unwrap() {
             Ok(()) => allowed += 1,
             Err(wait) => waits.push(wait),
         }
@@ -591,7 +675,7 @@ fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
         .iter()
         .all(|w| *w > std::time::Duration::ZERO && *w <= std::time::Duration::from_secs(2)));
     // Another key has its own budget.
-    assert_eq!(other.rate("key:k2", 30, now).unwrap(), Ok(()));
+    assert_eq!(other.rate("key:k2", 30, now).await.unwrap(), Ok(()));
 }
 
 /// `org_a`'s `kind` pool in November 2026, of `quota`.
@@ -606,19 +690,33 @@ fn november(kind: UsageKind, quota: u64) -> super::shared::PoolRef<'static> {
 }
 
 /// What `store`'s ledger holds of `org_a`'s `kind` in November 2026.
-fn used_in_november(store: &dyn Store, kind: UsageKind) -> Result<u64, StoreError> {
+async fn used_in_november(store: &dyn Store, kind: UsageKind) -> Result<u64, StoreError> {
     Ok(store
-        .usage_by_day("org_a", "2026-11-01", "2026-11-30")?
+        .usage_by_day("org_a", "2026-11-01", "2026-11-30")
+        .await?
         .iter()
         .filter(|d| d.kind == kind)
         .map(|d| d.amount)
         .sum())
 }
 
-/// Reservations from many threads on two instances never take more than is left, and each
+/// [`used_in_november`] as a reservation reads it.
+fn used_of<'a>(
+    store: &'a dyn Store,
+    kind: UsageKind,
+) -> impl Fn() -> BoxFuture<'a, Result<u64, StoreError>> + Send + Sync + 'a {
+    move || Box::pin(used_in_november(store, kind))
+}
+
+/// Nothing in the ledger.
+fn none_used<'a>() -> impl Fn() -> BoxFuture<'a, Result<u64, StoreError>> + Send + Sync {
+    || Box::pin(async { Ok(0) })
+}
+
+/// Reservations from many tasks on two instances never take more than is left, and each
 /// instance gives back what it took.
-fn reservations_never_share_a_remainder(b: &dyn Backend) {
-    let store = b.open();
+async fn reservations_never_share_a_remainder(b: &dyn Backend) {
+    let store = b.open().await;
     store
         .record(&event(
             "org_a",
@@ -626,61 +724,70 @@ fn reservations_never_share_a_remainder(b: &dyn Backend) {
             UsageKind::Tokens,
             400,
         ))
+        .await
         .unwrap();
-    let (a, other) = b.shared_pair();
+    let (a, other) = b.shared_pair().await;
+    let used = used_of(store.as_ref(), UsageKind::Tokens);
     let reserve = |instance: &Arc<dyn SharedState>| {
-        let used = || used_in_november(store.as_ref(), UsageKind::Tokens);
-        let pool = november(UsageKind::Tokens, 5_000);
-        instance.reserve(pool, 100, 100, &used).unwrap()
+        let (instance, used) = (instance.clone(), &used);
+        async move {
+            let pool = november(UsageKind::Tokens, 5_000);
+            instance.reserve(pool, 100, 100, used).await.unwrap()
+        }
     };
-    let granted: Vec<(usize, u64)> = std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..8)
-            .map(|t| {
-                let (a, other, reserve) = (&a, &other, &reserve);
-                scope.spawn(move || {
-                    let mut mine = Vec::new();
-                    for _ in 0..10 {
-                        let which = t % 2;
-                        if let Some(n) = reserve(if which == 0 { a } else { other }) {
-                            mine.push((which, n));
-                        }
-                    }
-                    mine
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect()
+    let workers = (0..8).map(|t| {
+        let (a, other, reserve) = (&a, &other, &reserve);
+        async move {
+            let mut mine = Vec::new();
+            for _ in 0..10 {
+                let which = t % 2;
+                if let Some(n) = reserve(if which == 0 { a } else { other }).await {
+                    mine.push((which, n));
+                }
+            }
+            mine
+        }
     });
+    let granted: Vec<(usize, u64)> = futures_util::future::join_all(workers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let total: u64 = granted.iter().map(|g| g.1).sum();
     assert_eq!(total, 4_600, "5,000 quota, 400 used");
     assert!(granted.iter().all(|g| g.1 == 100));
-    assert_eq!(a.reserved("org_a", UsageKind::Tokens).unwrap(), 4_600);
-    assert_eq!(other.reserved("org_a", UsageKind::Tokens).unwrap(), 4_600);
-    assert_eq!(reserve(&a), None);
+    assert_eq!(a.reserved("org_a", UsageKind::Tokens).await.unwrap(), 4_600);
+    assert_eq!(
+        other.reserved("org_a", UsageKind::Tokens).await.unwrap(),
+        4_600
+    );
+    assert_eq!(reserve(&a).await, None);
     for (which, n) in granted {
         let instance = if which == 0 { &a } else { &other };
-        instance.release("org_a", UsageKind::Tokens, n).unwrap();
+        instance.release("org_a", UsageKind::Tokens, n);
     }
-    assert_eq!(other.reserved("org_a", UsageKind::Tokens).unwrap(), 0);
-    assert_eq!(reserve(&other), Some(100));
+    // Given back from a task of each instance's own: an instance sees its own at once, the
+    // other's once that instance has applied it (`reserved` waits for its own queue).
+    other.reserved("org_a", UsageKind::Tokens).await.unwrap();
+    assert_eq!(a.reserved("org_a", UsageKind::Tokens).await.unwrap(), 0);
+    assert_eq!(other.reserved("org_a", UsageKind::Tokens).await.unwrap(), 0);
+    assert_eq!(reserve(&other).await, Some(100));
 }
 
 /// A ledger whose writes take a while, as an fsync does.
 struct SlowLedger(Arc<dyn Store>);
 
+#[async_trait::async_trait]
 impl UsageSink for SlowLedger {
-    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
-        self.0.record(event)?;
-        std::thread::sleep(std::time::Duration::from_millis(2));
+    async fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+        self.0.record(event).await?;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         Ok(())
     }
 
-    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
-        self.0.checkpoint(totals)?;
-        std::thread::sleep(std::time::Duration::from_millis(2));
+    async fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        self.0.checkpoint(totals).await?;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         Ok(())
     }
 }
@@ -689,82 +796,89 @@ impl UsageSink for SlowLedger {
 /// only settles what it reserved, what the pool has given out (the ledger plus reservations),
 /// as a reservation sees it, never goes down. Seen twice for a moment, work that fits would
 /// be refused; seen not at all, the pool could be passed.
-fn settling_is_one_step_to_a_reservation(b: &dyn Backend) {
+async fn settling_is_one_step_to_a_reservation(b: &dyn Backend) {
     const QUOTA: u64 = 1_000_000_000;
     const UNIT: u64 = 1_000;
     const ROUNDS: u64 = 50;
-    let store = b.open();
+    let store = b.open().await;
     let ledger = SlowLedger(store.clone());
-    let (a, other) = b.shared_pair();
+    let (a, other) = b.shared_pair().await;
     let pool = november(UsageKind::AudioMs, QUOTA);
-    let used = || used_in_november(store.as_ref(), UsageKind::AudioMs);
+    let used = used_of(store.as_ref(), UsageKind::AudioMs);
     let working = std::sync::atomic::AtomicUsize::new(4);
-    let looks = std::thread::scope(|scope| {
-        for t in 0..4 {
-            let (instance, ledger, used, working) = (
-                if t % 2 == 0 { &a } else { &other },
-                &ledger,
-                &used,
-                &working,
-            );
-            scope.spawn(move || {
-                let mut settled = 0;
-                while settled < ROUNDS {
-                    // Refused only while the watcher holds the rest of the pool for a moment.
-                    let Some(n) = instance.reserve(pool, UNIT, UNIT, used).unwrap() else {
-                        continue;
-                    };
-                    assert_eq!(n, UNIT);
-                    let at = BEFORE_MIDNIGHT - 1_000 * (t * ROUNDS + settled) as i64;
-                    let usage = event("org_a", at, UsageKind::AudioMs, UNIT);
-                    instance
-                        .settle(
-                            ledger,
-                            super::shared::Write::Event(&usage),
-                            &[("org_a", UsageKind::AudioMs, UNIT)],
-                        )
-                        .unwrap();
-                    settled += 1;
-                }
-                working.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            });
+    let workers = (0..4u64).map(|t| {
+        let (instance, ledger, used, working) = (
+            if t % 2 == 0 { &a } else { &other },
+            &ledger,
+            &used,
+            &working,
+        );
+        async move {
+            let mut settled = 0;
+            while settled < ROUNDS {
+                // Refused only while the watcher holds the rest of the pool for a moment.
+                let Some(n) = instance.reserve(pool, UNIT, UNIT, used).await.unwrap() else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                assert_eq!(n, UNIT);
+                let at = BEFORE_MIDNIGHT - 1_000 * (t * ROUNDS + settled) as i64;
+                let usage = event("org_a", at, UsageKind::AudioMs, UNIT);
+                instance
+                    .settle(
+                        ledger,
+                        super::shared::Write::Event(&usage),
+                        &[("org_a", UsageKind::AudioMs, UNIT)],
+                    )
+                    .await
+                    .unwrap();
+                settled += 1;
+            }
+            working.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
-        // Everything that is left, reserved and given back at once: what is given out is the
-        // quota minus that.
+    });
+    // Everything that is left, reserved and given back at once: what is given out is the
+    // quota minus that.
+    let watcher = async {
         let mut given_out = 0;
         let mut looks = 0;
         while working.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-            let left = a.reserve(pool, QUOTA, 1, &used).unwrap().unwrap();
-            a.release("org_a", UsageKind::AudioMs, left).unwrap();
+            let left = a.reserve(pool, QUOTA, 1, &used).await.unwrap().unwrap();
+            a.release("org_a", UsageKind::AudioMs, left);
             let now = QUOTA - left;
             assert!(now >= given_out, "given out went from {given_out} to {now}");
             given_out = now;
             looks += 1;
         }
         looks
-    });
+    };
+    let (_, looks) = tokio::join!(futures_util::future::join_all(workers), watcher);
     assert!(looks > 0);
-    assert_eq!(used().unwrap(), 4 * ROUNDS * UNIT);
-    assert_eq!(a.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
-    assert_eq!(other.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
+    assert_eq!(used().await.unwrap(), 4 * ROUNDS * UNIT);
+    assert_eq!(a.reserved("org_a", UsageKind::AudioMs).await.unwrap(), 0);
+    assert_eq!(
+        other.reserved("org_a", UsageKind::AudioMs).await.unwrap(),
+        0
+    );
 }
 
 /// A ledger that says when a write is in, then takes a while to return, as a flush does.
 struct FlushingLedger {
     store: Arc<dyn Store>,
-    written: std::sync::mpsc::SyncSender<()>,
+    written: tokio::sync::mpsc::Sender<()>,
 }
 
+#[async_trait::async_trait]
 impl UsageSink for FlushingLedger {
-    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
-        self.store.record(event)?;
-        let _ = self.written.send(());
-        std::thread::sleep(std::time::Duration::from_millis(300));
+    async fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+        self.store.record(event).await?;
+        let _ = self.written.send(()).await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         Ok(())
     }
 
-    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
-        self.store.checkpoint(totals)
+    async fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        self.store.checkpoint(totals).await
     }
 }
 
@@ -773,60 +887,68 @@ impl UsageSink for FlushingLedger {
 /// its reservation is given back; the check waits for that settlement, so it never sees the
 /// work twice, which would refuse work that fits (three 20 s files against a minute got two
 /// answers and four 402s). A database settles in one transaction: both or neither are seen.
-#[test]
-fn a_quota_check_never_sees_settling_work_twice() {
+#[tokio::test]
+async fn a_quota_check_never_sees_settling_work_twice() {
     let b = Sled::new();
-    let store = b.open();
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let store = b.open().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     let ledger = FlushingLedger {
         store: store.clone(),
         written: tx,
     };
-    let (shared, _) = b.shared_pair();
+    let (shared, _) = b.shared_pair().await;
     let pool = november(UsageKind::AudioMs, 60_000);
-    let used = || used_in_november(store.as_ref(), UsageKind::AudioMs);
+    let used = used_of(store.as_ref(), UsageKind::AudioMs);
     assert_eq!(
-        shared.reserve(pool, 20_000, 20_000, &used).unwrap(),
+        shared.reserve(pool, 20_000, 20_000, &used).await.unwrap(),
         Some(20_000)
     );
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let usage = event("org_a", BEFORE_MIDNIGHT, UsageKind::AudioMs, 20_000);
-            shared
-                .settle(
-                    &ledger,
-                    super::shared::Write::Event(&usage),
-                    &[("org_a", UsageKind::AudioMs, 20_000)],
-                )
-                .unwrap();
-        });
+    let usage = event("org_a", BEFORE_MIDNIGHT, UsageKind::AudioMs, 20_000);
+    let settling = async {
+        shared
+            .settle(
+                &ledger,
+                super::shared::Write::Event(&usage),
+                &[("org_a", UsageKind::AudioMs, 20_000)],
+            )
+            .await
+            .unwrap();
+    };
+    let checking = async {
         // The usage is in the ledger; the settlement has not returned.
-        rx.recv().unwrap();
-        let in_ledger = used().unwrap();
+        rx.recv().await.unwrap();
+        let in_ledger = used().await.unwrap();
         assert_eq!(in_ledger, 20_000);
-        let held = shared.reserved("org_a", UsageKind::AudioMs).unwrap();
+        let held = shared.reserved("org_a", UsageKind::AudioMs).await.unwrap();
         assert_eq!(in_ledger + held, 20_000, "the settling work was seen twice");
-    });
+    };
+    tokio::join!(settling, checking);
 }
 
 /// A write that fails gives nothing back: the reservation stays held until its owner drops it.
-fn a_failed_settlement_gives_nothing_back(b: &dyn Backend) {
-    let store = b.open();
-    let (a, _) = b.shared_pair();
+async fn a_failed_settlement_gives_nothing_back(b: &dyn Backend) {
+    let store = b.open().await;
+    let (a, _) = b.shared_pair().await;
     let pool = november(UsageKind::Tokens, 1_000);
-    assert_eq!(a.reserve(pool, 600, 600, &|| Ok(0)).unwrap(), Some(600));
+    assert_eq!(
+        a.reserve(pool, 600, 600, &none_used()).await.unwrap(),
+        Some(600)
+    );
     // A ledger that refuses it, or, where the database writes its ledger itself, a text it
     // cannot hold.
     let usage = event("org\0a", BEFORE_MIDNIGHT, UsageKind::Tokens, 100);
-    let settled = a.settle(
-        &Refusing,
-        super::shared::Write::Event(&usage),
-        &[("org_a", UsageKind::Tokens, 600)],
-    );
+    let settled = a
+        .settle(
+            &Refusing,
+            super::shared::Write::Event(&usage),
+            &[("org_a", UsageKind::Tokens, 600)],
+        )
+        .await;
     assert!(settled.is_err());
-    assert_eq!(a.reserved("org_a", UsageKind::Tokens).unwrap(), 600);
+    assert_eq!(a.reserved("org_a", UsageKind::Tokens).await.unwrap(), 600);
     assert!(store
         .usage_by_day("org_a", "2026-11-01", "2026-11-30")
+        .await
         .unwrap()
         .is_empty());
 }
@@ -834,12 +956,13 @@ fn a_failed_settlement_gives_nothing_back(b: &dyn Backend) {
 /// A ledger that refuses every write.
 struct Refusing;
 
+#[async_trait::async_trait]
 impl UsageSink for Refusing {
-    fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
+    async fn record(&self, _: &UsageEvent) -> Result<(), UsageError> {
         Err(UsageError::Store("refused".into()))
     }
 
-    fn checkpoint(&self, _: &[UsageEvent]) -> Result<(), UsageError> {
+    async fn checkpoint(&self, _: &[UsageEvent]) -> Result<(), UsageError> {
         Err(UsageError::Store("refused".into()))
     }
 }
@@ -847,10 +970,20 @@ impl UsageSink for Refusing {
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sled_backend {
-            $( #[test] fn $name() { super::$name(&super::Sled::new()); } )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::Sled::new()).await;
+                }
+            )*
         }
         mod postgres_backend {
-            $( #[test] fn $name() { super::$name(&super::Postgres::new()); } )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::Postgres::new()).await;
+                }
+            )*
         }
     };
 }
@@ -873,45 +1006,58 @@ on_every_backend!(
 
 /// An instance that stops beating (it crashed) no longer holds its reservations; one that
 /// exits gracefully gives them back at once.
-#[test]
-fn reservations_of_a_gone_instance_are_freed() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_of_a_gone_instance_are_freed() {
     let url = Cluster::shared().fresh_database();
-    let open = || {
-        let s = PgStore::open(&url, 2, SecretBox::new(&[3; KEY_LEN])).unwrap();
-        s.start_instance();
+    let open = || async {
+        let s = PgStore::open(&url, 2, SecretBox::new(&[3; KEY_LEN]))
+            .await
+            .unwrap();
+        s.start_instance().await;
         s
     };
-    let (graceful, observer) = (open(), open());
+    let (graceful, observer) = (open().await, open().await);
     // What a crashed instance leaves behind: its row, beating until a moment ago, and its
     // reservation.
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let client = client(&url).await;
     client
         .batch_execute(
             "INSERT INTO instances (id, started_ms, heartbeat_ms)
                  VALUES ('inst_crashed', 0, (extract(epoch from clock_timestamp()) * 1000)::bigint);
              INSERT INTO reservations VALUES ('inst_crashed', 'org_a', 97, 20000);",
         )
+        .await
         .unwrap();
     let pool = november(UsageKind::AudioMs, 60_000);
     assert_eq!(UsageKind::AudioMs.tag(), b'a'); // 97 above
     assert_eq!(
-        graceful.reserve(pool, 30_000, 1, &|| Ok(0)).unwrap(),
+        graceful
+            .reserve(pool, 30_000, 1, &none_used())
+            .await
+            .unwrap(),
         Some(30_000)
     );
     assert_eq!(
-        observer.reserved("org_a", UsageKind::AudioMs).unwrap(),
+        observer
+            .reserved("org_a", UsageKind::AudioMs)
+            .await
+            .unwrap(),
         50_000
     );
     assert_eq!(
-        observer.reserve(pool, 60_000, 1, &|| Ok(0)).unwrap(),
+        observer
+            .reserve(pool, 60_000, 1, &none_used())
+            .await
+            .unwrap(),
         Some(10_000)
     );
-    observer
-        .release("org_a", UsageKind::AudioMs, 10_000)
-        .unwrap();
-    graceful.stop_instance();
+    observer.release("org_a", UsageKind::AudioMs, 10_000);
+    graceful.stop_instance().await;
     assert_eq!(
-        observer.reserved("org_a", UsageKind::AudioMs).unwrap(),
+        observer
+            .reserved("org_a", UsageKind::AudioMs)
+            .await
+            .unwrap(),
         20_000
     );
     // The crashed instance's heartbeat grows old: its reservation no longer counts, and the
@@ -921,54 +1067,73 @@ fn reservations_of_a_gone_instance_are_freed() {
             "UPDATE instances SET heartbeat_ms = heartbeat_ms - 60000 WHERE id = 'inst_crashed'",
             &[],
         )
+        .await
         .unwrap();
-    assert_eq!(observer.reserved("org_a", UsageKind::AudioMs).unwrap(), 0);
-    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    assert_eq!(
+        observer
+            .reserved("org_a", UsageKind::AudioMs)
+            .await
+            .unwrap(),
+        0
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     let left: i64 = client
         .query_one(
             "SELECT count(*) FROM reservations WHERE instance_id = 'inst_crashed'",
             &[],
         )
+        .await
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
     assert_eq!(
-        observer.reserve(pool, 60_000, 1, &|| Ok(0)).unwrap(),
+        observer
+            .reserve(pool, 60_000, 1, &none_used())
+            .await
+            .unwrap(),
         Some(60_000)
     );
 }
 
-#[test]
-fn migrations_apply_once_and_a_newer_schema_is_refused() {
+/// Migrations are recorded by the migrator and applied once; a database that records a
+/// version this build does not know is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_apply_once_and_a_newer_schema_is_refused() {
     let url = Cluster::shared().fresh_database();
-    drop(PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN])).unwrap());
+    let open = || PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN]));
+    drop(open().await.unwrap());
     // Opening again applies nothing and keeps the data.
-    let s = PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN])).unwrap();
-    s.insert_org(&org("org_a")).unwrap();
+    let s = open().await.unwrap();
+    s.insert_org(&org("org_a")).await.unwrap();
     drop(s);
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let config: tokio_postgres::Config = url.parse().unwrap();
     assert_eq!(
-        super::postgres::migrate(&mut client).unwrap(),
+        super::postgres::migrate::migrate(&config).await.unwrap(),
         Vec::<i32>::new()
     );
+    let client = client(&url).await;
     let versions: Vec<i32> = client
         .query(
-            "SELECT version FROM schema_migrations ORDER BY version",
+            "SELECT version FROM refinery_schema_history ORDER BY version",
             &[],
         )
+        .await
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     let known: Vec<i32> = super::postgres::MIGRATIONS.iter().map(|m| m.0).collect();
     assert_eq!(versions, known);
+    assert!(open().await.unwrap().org("org_a").await.unwrap().is_some());
     client
         .execute(
-            "INSERT INTO schema_migrations (version, description) VALUES (9999, 'from the future')",
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (9999, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
             &[],
         )
+        .await
         .unwrap();
-    let refused = PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN]));
+    let refused = open().await;
     assert!(
         matches!(&refused, Err(StoreError::Backend(m)) if m.contains("newer")),
         "{:?}",
@@ -976,8 +1141,55 @@ fn migrations_apply_once_and_a_newer_schema_is_refused() {
     );
 }
 
-#[test]
-fn an_unreachable_database_is_an_error_not_a_hang() {
+/// A database migrated before the migrator kept its versions in `schema_migrations`: it is
+/// taken as it is (nothing applied again), and what is newer is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_migrated_by_hand_rolled_versions_is_taken_over() {
+    let url = Cluster::shared().fresh_database();
+    let client = client(&url).await;
+    // The schema as the earlier builds left it at version 2, with a record in it.
+    client
+        .batch_execute(include_str!("migrations/V1__initial.sql"))
+        .await
+        .unwrap();
+    client
+        .batch_execute(include_str!("migrations/V2__shared_state.sql"))
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE schema_migrations (
+                 version integer PRIMARY KEY, description text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now());
+             INSERT INTO schema_migrations (version, description) VALUES (1, 'a'), (2, 'b');",
+        )
+        .await
+        .unwrap();
+    let before = PgStore::open(&url, 1, SecretBox::new(&[1; KEY_LEN]))
+        .await
+        .unwrap();
+    before.insert_org(&org("org_a")).await.unwrap();
+    // Version 3 was applied: its function is there.
+    let reserved = before
+        .reserve(november(UsageKind::Tokens, 10), 5, 1, &none_used())
+        .await
+        .unwrap();
+    assert_eq!(reserved, Some(5));
+    let versions: Vec<i32> = client
+        .query(
+            "SELECT version FROM refinery_schema_history ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, [1, 2, 3]);
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_an_error_not_a_hang() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -987,6 +1199,7 @@ fn an_unreachable_database_is_an_error_not_a_hang() {
         &format!("postgres://nobody@127.0.0.1:{port}/none?connect_timeout=2"),
         1,
         SecretBox::new(&[1; KEY_LEN]),
-    );
+    )
+    .await;
     assert!(matches!(opened, Err(StoreError::Backend(_))));
 }

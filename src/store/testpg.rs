@@ -159,19 +159,14 @@ impl Cluster {
     pub fn fresh_database(&self) -> String {
         let n = self.databases.fetch_add(1, Ordering::Relaxed);
         let name = format!("test_{n}");
-        // On a thread of its own: the blocking client may not run inside an async test.
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let mut admin =
-                        postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
-                            .expect("connect");
-                    admin
-                        .batch_execute(&format!("CREATE DATABASE {name}"))
-                        .expect("create database");
-                })
-                .join()
-                .expect("database created")
+        let url = self.url("postgres");
+        let create = format!("CREATE DATABASE {name}");
+        super::testpg::on_own_runtime(async move {
+            let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(connection);
+            admin.batch_execute(&create).await.expect("create database");
         });
         self.url(&name)
     }
@@ -239,4 +234,21 @@ fn sweep_abandoned() {
             .output();
         let _ = std::fs::remove_dir_all(entry.path());
     }
+}
+
+/// Runs `work` to its end on a runtime of its own, on a thread of its own: callers may be
+/// inside a runtime (an async test) or not.
+pub fn on_own_runtime<T: Send>(work: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime")
+                    .block_on(work)
+            })
+            .join()
+            .expect("the work ended")
+    })
 }

@@ -392,10 +392,26 @@ pub fn python_json(script: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("the script prints JSON")
 }
 
-/// Opens the data directory's store (the server must be stopped) to read the ledger.
-pub fn open_store(data_dir: &Path) -> callstream::store::SledStore {
+/// An organisation's ledger, read from the data directory's store (the server must be
+/// stopped).
+pub fn usage_events(data_dir: &Path, org_id: &str) -> Vec<callstream_actors::usage::UsageEvent> {
+    use callstream::store::Store as _;
     let secrets = callstream::store::SecretBox::from_config("", data_dir).unwrap();
-    callstream::store::SledStore::open(data_dir, secrets).unwrap()
+    let store = callstream::store::SledStore::open(data_dir, secrets).unwrap();
+    // On a runtime of its own, on a thread of its own: callers may be inside a runtime.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(store.usage_events(org_id, 0, i64::MAX))
+                    .unwrap()
+            })
+            .join()
+            .unwrap()
+    })
 }
 
 /// GET `url` with an optional API key; returns status, headers and JSON body.

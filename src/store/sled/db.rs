@@ -1,4 +1,5 @@
-//! The embedded [`Store`] on sled.
+//! The sled database behind [`SledStore`](super::SledStore), and its calls, which block
+//! (a charge waits for its fsync).
 //!
 //! Trees and their keys:
 //! - `orgs`: org id -> JSON [`OrgRecord`] (MCP headers sealed)
@@ -18,21 +19,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine as _;
-use callstream_actors::usage::{UsageError, UsageEvent, UsageKind, UsageSink};
+use callstream_actors::usage::{UsageError, UsageEvent, UsageKind};
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use super::{
-    call_seq, hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org,
-    SecretBox, Store, StoreError,
-};
 use crate::clock;
+use crate::store::{
+    call_seq, hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org,
+    SecretBox, StoreError,
+};
 
 /// Directory below the data directory that holds the sled files.
 pub const DB_DIR: &str = "db";
 
-/// [`Store`] on an embedded sled database.
-pub struct SledStore {
+/// The embedded sled database; every method blocks.
+pub struct Db {
     db: sled::Db,
     orgs: sled::Tree,
     api_keys: sled::Tree,
@@ -167,7 +168,7 @@ fn daily_key(org_id: &str, day: &str, kind: UsageKind) -> Vec<u8> {
     key
 }
 
-impl SledStore {
+impl Db {
     /// Opens (or creates) the database in `data_dir/db`.
     pub fn open(data_dir: &Path, secrets: SecretBox) -> Result<Self, StoreError> {
         let path = data_dir.join(DB_DIR);
@@ -287,8 +288,9 @@ fn is_lock_error(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("acquire lock")
 }
 
-impl Store for SledStore {
-    fn insert_org(&self, org: &Org) -> Result<(), StoreError> {
+/// What [`Store`](crate::store::Store) asks, answered in the calling thread.
+impl Db {
+    pub(super) fn insert_org(&self, org: &Org) -> Result<(), StoreError> {
         let swapped = self
             .orgs
             .compare_and_swap(
@@ -306,7 +308,7 @@ impl Store for SledStore {
         self.flush()
     }
 
-    fn update_org(&self, org: &Org) -> Result<(), StoreError> {
+    pub(super) fn update_org(&self, org: &Org) -> Result<(), StoreError> {
         if !self.orgs.contains_key(&org.id).map_err(backend)? {
             return Err(StoreError::NotFound {
                 kind: "organisation",
@@ -319,14 +321,14 @@ impl Store for SledStore {
         self.flush()
     }
 
-    fn org(&self, id: &str) -> Result<Option<Org>, StoreError> {
+    pub(super) fn org(&self, id: &str) -> Result<Option<Org>, StoreError> {
         match self.orgs.get(id).map_err(backend)? {
             Some(v) => Ok(Some(self.open_record(decode("organisation", &v)?)?)),
             None => Ok(None),
         }
     }
 
-    fn orgs(&self) -> Result<Vec<Org>, StoreError> {
+    pub(super) fn orgs(&self) -> Result<Vec<Org>, StoreError> {
         let mut orgs = Self::scan::<OrgRecord>(&self.orgs, "organisation")
             .map(|r| self.open_record(r?))
             .collect::<Result<Vec<_>, _>>()?;
@@ -334,7 +336,7 @@ impl Store for SledStore {
         Ok(orgs)
     }
 
-    fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+    pub(super) fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
         let hash = hex_to_hash(&key.hash).ok_or_else(|| {
             StoreError::Corrupt(key.id.clone(), "hash is not 64 hex digits".into())
         })?;
@@ -357,7 +359,7 @@ impl Store for SledStore {
         }
     }
 
-    fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError> {
+    pub(super) fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError> {
         let mut updated = None;
         self.api_keys
             .fetch_and_update(id, |old| {
@@ -376,7 +378,7 @@ impl Store for SledStore {
         Ok(key)
     }
 
-    fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+    pub(super) fn api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
         self.api_keys
             .get(id)
             .map_err(backend)?
@@ -384,14 +386,14 @@ impl Store for SledStore {
             .transpose()
     }
 
-    fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError> {
+    pub(super) fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError> {
         match self.api_key_hashes.get(hash).map_err(backend)? {
             Some(id) => self.api_key(&String::from_utf8_lossy(&id)),
             None => Ok(None),
         }
     }
 
-    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+    pub(super) fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
         let mut keys = Vec::new();
         for key in Self::scan::<ApiKey>(&self.api_keys, "API key") {
             let key = key?;
@@ -403,7 +405,7 @@ impl Store for SledStore {
         Ok(keys)
     }
 
-    fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError> {
+    pub(super) fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError> {
         let swapped = self
             .users
             .compare_and_swap(&user.email, None as Option<&[u8]>, Some(encode(user)))
@@ -417,7 +419,7 @@ impl Store for SledStore {
         self.flush()
     }
 
-    fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError> {
+    pub(super) fn user(&self, email: &str) -> Result<Option<DashboardUser>, StoreError> {
         self.users
             .get(email)
             .map_err(backend)?
@@ -425,14 +427,18 @@ impl Store for SledStore {
             .transpose()
     }
 
-    fn users(&self) -> Result<Vec<DashboardUser>, StoreError> {
+    pub(super) fn users(&self) -> Result<Vec<DashboardUser>, StoreError> {
         let mut users = Self::scan::<DashboardUser>(&self.users, "dashboard user")
             .collect::<Result<Vec<_>, _>>()?;
         users.sort_by(|a, b| (a.created_at_ms, &a.email).cmp(&(b.created_at_ms, &b.email)));
         Ok(users)
     }
 
-    fn insert_connector(&self, connector: &Connector, secret: &[u8]) -> Result<(), StoreError> {
+    pub(super) fn insert_connector(
+        &self,
+        connector: &Connector,
+        secret: &[u8],
+    ) -> Result<(), StoreError> {
         let rec = ConnectorRecord {
             connector: connector.clone(),
             secret_sealed: b64().encode(self.secrets.seal(&connector.client_id, secret)),
@@ -454,7 +460,7 @@ impl Store for SledStore {
         self.flush()
     }
 
-    fn rotate_connector(
+    pub(super) fn rotate_connector(
         &self,
         client_id: &str,
         secret: &[u8],
@@ -467,13 +473,20 @@ impl Store for SledStore {
         })
     }
 
-    fn revoke_connector(&self, client_id: &str, at_ms: i64) -> Result<Connector, StoreError> {
+    pub(super) fn revoke_connector(
+        &self,
+        client_id: &str,
+        at_ms: i64,
+    ) -> Result<Connector, StoreError> {
         self.update_connector(client_id, |rec| {
             rec.connector.revoked_at_ms.get_or_insert(at_ms);
         })
     }
 
-    fn connector(&self, client_id: &str) -> Result<Option<(Connector, Vec<u8>)>, StoreError> {
+    pub(super) fn connector(
+        &self,
+        client_id: &str,
+    ) -> Result<Option<(Connector, Vec<u8>)>, StoreError> {
         let Some(rec) = self.connector_record(client_id)? else {
             return Ok(None);
         };
@@ -484,7 +497,7 @@ impl Store for SledStore {
         Ok(Some((rec.connector, secret)))
     }
 
-    fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError> {
+    pub(super) fn connectors(&self, org_id: &str) -> Result<Vec<Connector>, StoreError> {
         let mut all = Vec::new();
         for rec in Self::scan::<ConnectorRecord>(&self.connectors, "connector") {
             let rec = rec?;
@@ -496,7 +509,7 @@ impl Store for SledStore {
         Ok(all)
     }
 
-    fn usage_by_day(
+    pub(super) fn usage_by_day(
         &self,
         org_id: &str,
         from: &str,
@@ -525,7 +538,7 @@ impl Store for SledStore {
         Ok(days)
     }
 
-    fn usage_events(
+    pub(super) fn usage_events(
         &self,
         org_id: &str,
         from_ms: i64,
@@ -541,8 +554,9 @@ impl Store for SledStore {
     }
 }
 
-impl UsageSink for SledStore {
-    fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
+/// What [`UsageSink`](callstream_actors::usage::UsageSink) asks, in the calling thread.
+impl Db {
+    pub(super) fn record(&self, event: &UsageEvent) -> Result<(), UsageError> {
         let seq = self
             .db
             .generate_id()
@@ -560,7 +574,7 @@ impl UsageSink for SledStore {
         self.durable()
     }
 
-    fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+    pub(super) fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
         if totals.is_empty() {
             return Ok(());
         }
@@ -598,7 +612,7 @@ impl UsageSink for SledStore {
     }
 }
 
-impl SledStore {
+impl Db {
     /// Returns once every charge applied so far is on disk (one flush for all waiting).
     fn durable(&self) -> Result<(), UsageError> {
         let ticket = self.commits.applied();
@@ -631,8 +645,8 @@ mod tests {
     use crate::store::crypto::KEY_LEN;
     use callstream_actors::usage::UsageSource;
 
-    fn store(dir: &Path) -> SledStore {
-        SledStore::open(dir, SecretBox::new(&[3; KEY_LEN])).unwrap()
+    fn store(dir: &Path) -> Db {
+        Db::open(dir, SecretBox::new(&[3; KEY_LEN])).unwrap()
     }
 
     fn event(org: &str, at_ms: i64, kind: UsageKind, amount: u64) -> UsageEvent {
@@ -683,7 +697,7 @@ mod tests {
     fn second_open_reports_the_lock() {
         let dir = tempfile::tempdir().unwrap();
         let _first = store(dir.path());
-        let second = SledStore::open(dir.path(), SecretBox::new(&[3; KEY_LEN]));
+        let second = Db::open(dir.path(), SecretBox::new(&[3; KEY_LEN]));
         assert!(
             matches!(second, Err(StoreError::Locked(_))),
             "{:?}",
