@@ -424,10 +424,6 @@ fn no_test_double_is_linked_into_the_binary() {
 /// Longest a source file may be, its test module aside: about what one concept takes.
 const MAX_FILE_LINES: usize = 800;
 
-/// Files still longer, each to be split (and then taken off this list: the test fails when a
-/// listed file fits, so the list only shrinks).
-const LONGER_FOR_NOW: [&str; 1] = ["src/cli/bench.rs"];
-
 /// Whether `file` is a module its parent declares for tests only (`#[cfg(test)] mod name;`).
 fn test_only(file: &Path) -> bool {
     let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
@@ -458,19 +454,11 @@ fn no_source_file_is_longer_than_one_concept_takes() {
                 .to_string_lossy()
                 .into_owned();
             let lines = code(file).lines().count();
-            let listed = LONGER_FOR_NOW.contains(&relative.as_str());
-            if listed {
-                assert!(
-                    lines > MAX_FILE_LINES,
-                    "{relative} has {lines} lines now: take it off LONGER_FOR_NOW"
-                );
-            } else {
-                assert!(
-                    lines <= MAX_FILE_LINES,
-                    "{relative} has {lines} lines besides its tests (at most {MAX_FILE_LINES}): \
-                     split it by concept"
-                );
-            }
+            assert!(
+                lines <= MAX_FILE_LINES,
+                "{relative} has {lines} lines besides its tests (at most {MAX_FILE_LINES}): \
+                 split it by concept"
+            );
         }
     }
 }
