@@ -128,6 +128,11 @@ fn decode_event(text: &str) -> Result<UsageEvent, StoreError> {
 const ORG_COLUMNS: &str =
     "id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted, created_at_ms";
 const KEY_COLUMNS: &str = "id, org_id, name, hash, last4, created_at_ms, revoked_at_ms";
+/// The lookups of every authenticated request, written out rather than formatted per call.
+const ORG_BY_ID: &str = "SELECT id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, \
+                         deleted, created_at_ms FROM orgs WHERE id = $1";
+const KEY_BY_HASH: &str = "SELECT id, org_id, name, hash, last4, created_at_ms, revoked_at_ms \
+                           FROM api_keys WHERE hash = $1";
 const CONNECTOR_COLUMNS: &str =
     "client_id, org_id, name, created_at_ms, rotated_at_ms, revoked_at_ms";
 const USER_COLUMNS: &str = "email, org_id, password_hash, created_at_ms";
@@ -246,5 +251,22 @@ impl PgStore {
                 (Some(m.url.clone()), Some(self.secrets.seal(&org.id, &json)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_written_out_lookups_read_the_same_columns() {
+        assert_eq!(
+            ORG_BY_ID,
+            format!("SELECT {ORG_COLUMNS} FROM orgs WHERE id = $1")
+        );
+        assert_eq!(
+            KEY_BY_HASH,
+            format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE hash = $1")
+        );
     }
 }

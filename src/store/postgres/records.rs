@@ -4,8 +4,8 @@ use callstream_actors::usage::{UsageEvent, UsageKind};
 
 use super::{
     amount_u64, backend, connector_from, decode_event, exec, exec_raw, is_unique_violation,
-    key_from, opt, rows, user_from, Params, PgStore, CONNECTOR_COLUMNS, KEY_COLUMNS, ORG_COLUMNS,
-    USER_COLUMNS,
+    key_from, opt, rows, user_from, Params, PgStore, CONNECTOR_COLUMNS, KEY_BY_HASH, KEY_COLUMNS,
+    ORG_BY_ID, ORG_COLUMNS, USER_COLUMNS,
 };
 use crate::store::{
     hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, Org, Store, StoreError,
@@ -140,12 +140,7 @@ impl Store for PgStore {
 
     async fn org(&self, id: &str) -> Result<Option<Org>, StoreError> {
         let conn = self.conn().await?;
-        let row = opt(
-            &conn,
-            &format!("SELECT {ORG_COLUMNS} FROM orgs WHERE id = $1"),
-            &[&id],
-        )
-        .await?;
+        let row = opt(&conn, ORG_BY_ID, &[&id]).await?;
         row.map(|r| self.org_from(&r)).transpose()
     }
 
@@ -222,12 +217,7 @@ impl Store for PgStore {
     async fn api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKey>, StoreError> {
         let hash = hash.as_slice();
         let conn = self.conn().await?;
-        let row = opt(
-            &conn,
-            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE hash = $1"),
-            &[&hash],
-        )
-        .await?;
+        let row = opt(&conn, KEY_BY_HASH, &[&hash]).await?;
         Ok(row.as_ref().map(key_from))
     }
 
