@@ -462,3 +462,40 @@ fn no_source_file_is_longer_than_one_concept_takes() {
         }
     }
 }
+
+/// Whether `code` indexes a JSON value by key (`record["status"]`, `x)["a"]`, `y]["b"]`): a
+/// `["` right after a name, a call or another index. An array literal (`= ["a"]`, `&["b"]`)
+/// follows something else.
+fn indexes_by_key(code: &str) -> Option<&str> {
+    code.lines().find(|line| {
+        line.match_indices("[\"").any(|(at, _)| {
+            line[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ')' | ']'))
+        })
+    })
+}
+
+#[test]
+fn the_key_index_finder_finds_indexing_and_not_arrays() {
+    assert!(indexes_by_key(r#"let s = record["status"];"#).is_some());
+    assert!(indexes_by_key(r#"x.get(0)["a"]"#).is_some());
+    assert!(indexes_by_key(r#"v["a"]["b"]"#).is_some());
+    assert!(indexes_by_key(r#"let a = ["a", "b"]; f(&["c"]); [["d"]]"#).is_none());
+}
+
+/// The analyses read and change records through their types (`profiles::record`), never by
+/// a key into untyped JSON: a misspelt key there is a silent no-op, a misspelt field a
+/// compile error. Schemas are JSON documents and are edited as such, by pointer.
+#[test]
+fn analysis_code_reads_records_by_type_not_by_key() {
+    for file in modules(&root().join("src/llm/profiles")).values() {
+        if test_only(file) {
+            continue;
+        }
+        if let Some(line) = indexes_by_key(&code(file)) {
+            panic!("{} indexes JSON by key: {}", file.display(), line.trim());
+        }
+    }
+}

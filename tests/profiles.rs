@@ -231,7 +231,7 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
     let analysis = analyse_checked(llm, ProfileKind::Bant, LIVE_LAYOUT, &long, Some("Agent"))
         .await
         .unwrap();
-    let bant = analysis.record;
+    let bant = analysis.record.to_value();
     // The analysis's own prompt, without the checks of its evidence, fitted the window.
     let prompt = analysis.usage.prompt_tokens - analysis.checked.usage.prompt_tokens;
     println!("bant of a long call ({prompt} prompt tokens) {bant}");
@@ -301,7 +301,9 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .unwrap();
     println!(
         "bant, every speaker counted: {} {:?} {:?}",
-        checked.record, checked.quotes, checked.checked
+        checked.record.to_json(),
+        checked.quotes,
+        checked.checked
     );
     assert!(checked.quotes.given >= 1, "{:?}", checked.quotes);
     // The fields reported were checked: their quotes were sorted by topic.
@@ -313,7 +315,7 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
         .flat_map(|l| l.split_once(": ").unwrap().1.split_inclusive(". "))
         .map(str::trim)
         .collect();
-    for field in checked.record.as_object().unwrap().values() {
+    for field in checked.record.to_value().as_object().unwrap().values() {
         for quote in field["evidence"].as_array().unwrap() {
             let quote = quote.as_str().unwrap();
             assert!(sentences.contains(&quote), "{quote:?} is a whole sentence");
@@ -407,7 +409,10 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
         println!("{floor:?}: {} {:?}", answer.text, answer.odds);
         let record: serde_json::Value = serde_json::from_str(&answer.text).unwrap();
         assert_eq!(answer.odds.len(), 2, "one point per field");
-        for (name, p) in ["budget", "timeline"].iter().zip(&answer.odds) {
+        for (name, point) in ["budget", "timeline"].iter().zip(&answer.odds) {
+            // Each point is named by the value written there.
+            assert_eq!(point.at, format!("/{name}/status"));
+            let p = &point.p;
             assert_eq!(p.len(), 3);
             let sum: f32 = p.iter().sum();
             assert!((0.99..=1.01).contains(&sum), "{name}: {p:?}");
@@ -432,7 +437,8 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
     assert_eq!(only.usage.completion_tokens, 0);
     assert_eq!(only.odds.len(), 1);
     assert!(whole.text.starts_with(&only.text), "{}", whole.text);
-    for (a, b) in only.odds[0].iter().zip(&whole.odds[0]) {
+    assert_eq!(only.odds[0].at, "/budget/status");
+    for (a, b) in only.odds[0].p.iter().zip(&whole.odds[0].p) {
         assert!(
             (a - b).abs() < 1e-3,
             "{:?} against {:?}",

@@ -291,7 +291,8 @@ impl Tally {
             turns,
         } in expected
         {
-            let got = &analysis.record[field];
+            let record = analysis.record.to_value();
+            let got = &record[field];
             let got_status = got["status"].as_str().unwrap_or("?");
             self.total += 1;
             if got_status == status {
@@ -507,14 +508,15 @@ fn quality(
             None,
         ))?;
         times.push((ProfileKind::Intent, intent.secs));
-        let labels: Vec<&str> = intent.analysis.record["intents"]
+        let record = intent.analysis.record.to_value();
+        let labels: Vec<&str> = record["intents"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|i| i["intent"].as_str())
             .collect();
         let top = labels.first().copied().unwrap_or("-");
-        let level = intent.analysis.record["intents"][0]["confidence"].as_str();
+        let level = record["intents"][0]["confidence"].as_str();
         if let Some(row) = intent_levels.iter_mut().find(|(l, ..)| Some(*l) == level) {
             row.1 += 1;
             row.2 += usize::from(top == call.intent);
@@ -527,9 +529,7 @@ fn quality(
                 call.id,
                 call.intent,
                 labels,
-                intent.analysis.record["reasoning"]
-                    .as_str()
-                    .unwrap_or_default()
+                record["reasoning"].as_str().unwrap_or_default()
             );
         }
         if labels.contains(&call.intent.as_str()) {

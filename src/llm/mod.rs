@@ -6,6 +6,7 @@ pub mod chat;
 pub mod embedded;
 pub mod markdown;
 pub mod mcp;
+pub mod pointer;
 pub mod profiles;
 pub mod schema;
 pub mod sse;
@@ -187,9 +188,28 @@ pub struct Completion {
     pub usage: Usage,
     /// Why it stopped.
     pub finish: FinishReason,
-    /// For each point [`Generation::odds`] marked, in the answer's order, the probability of
-    /// each of its words.
-    pub odds: Vec<Vec<f32>>,
+    /// For each point [`Generation::odds`] marked, in the answer's order: where it is, and
+    /// the probability of each of its words.
+    pub odds: Vec<PointOdds>,
+}
+
+/// The odds taken at one point of an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointOdds {
+    /// The JSON Pointer of the value written there (`/budget/status`; see
+    /// [`pointer::pointer_at_end`]).
+    pub at: String,
+    /// The probability of each of [`Odds::words`], in its order.
+    pub p: Vec<f32>,
+}
+
+impl PointOdds {
+    /// The odds at `at` among `odds`, when they weigh `words` words.
+    pub fn find<'a>(odds: &'a [PointOdds], at: &str, words: usize) -> Option<&'a [f32]> {
+        odds.iter()
+            .find(|o| o.at == at && o.p.len() == words)
+            .map(|o| o.p.as_slice())
+    }
 }
 
 /// Tokens a chat template adds around each message, at most (role markers, separators).

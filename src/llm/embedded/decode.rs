@@ -11,7 +11,8 @@ use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 
 use super::*;
-use crate::llm::{Completion, FinishReason, Generation, LlmError, Usage};
+use crate::llm::pointer::pointer_at_end;
+use crate::llm::{Completion, FinishReason, Generation, LlmError, PointOdds, Usage};
 
 /// The loaded model and how it decodes.
 pub(super) struct Decoder<'m> {
@@ -180,7 +181,10 @@ pub(super) fn generate(
                         .floor
                         .filter(|&(word, least)| weighed.odds.get(word).is_some_and(|p| *p < least))
                         .and_then(|(word, _)| weighed.first_other_than(word));
-                    odds.push(weighed.odds);
+                    odds.push(PointOdds {
+                        at: pointer_at_end(&answer),
+                        p: weighed.odds,
+                    });
                     if wanted.only {
                         finish = FinishReason::Stop;
                         break;

@@ -2,7 +2,9 @@
 //! this one), the intent labels, and the record given when nobody spoke.
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+use super::record::*;
 
 use crate::llm::Provider;
 
@@ -22,7 +24,8 @@ pub enum ProfileKind {
 pub struct Profile {
     /// System prompt.
     pub prompt: String,
-    /// JSON schema of the output, keys in the order the model should write them.
+    /// JSON schema of the output, keys in the order the model should write them (generated
+    /// from the record's type, [`schema_of`]).
     pub schema: Value,
     /// Worked examples, shown to the model as earlier turns of the conversation: a transcript
     /// and the answer to it, written compactly as the model should write its own.
@@ -30,21 +33,44 @@ pub struct Profile {
 }
 
 /// A transcript and the record the profile should give for it.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Example {
     /// `Speaker: text` lines.
     pub transcript: String,
     /// The expected record.
-    pub answer: Value,
+    pub answer: Record,
 }
 
-pub(super) fn load(prompt: &'static str, schema: &'static str, examples: &'static str) -> Profile {
+/// An example as its file writes it.
+#[derive(serde::Deserialize)]
+struct Written<T> {
+    transcript: String,
+    answer: T,
+}
+
+fn examples_of<T: serde::de::DeserializeOwned>(
+    text: &str,
+    record: fn(T) -> Record,
+) -> Vec<Example> {
+    serde_json::from_str::<Vec<Written<T>>>(text)
+        .expect("the profile examples are records of their profile (checked by a test)")
+        .into_iter()
+        .map(|w| Example {
+            transcript: w.transcript,
+            answer: record(w.answer),
+        })
+        .collect()
+}
+
+pub(super) fn load(kind: ProfileKind, prompt: &'static str, examples: &'static str) -> Profile {
     Profile {
         prompt: prompt.to_owned(),
-        schema: serde_json::from_str(schema)
-            .expect("the profile schemas are valid JSON (checked by a test)"),
-        examples: serde_json::from_str(examples)
-            .expect("the profile examples are valid JSON (checked by a test)"),
+        schema: schema_of(kind),
+        examples: match kind {
+            ProfileKind::Intent => examples_of(examples, Record::Intent),
+            ProfileKind::Bant => examples_of(examples, Record::Bant),
+            ProfileKind::NeatP => examples_of(examples, Record::NeatP),
+        },
     }
 }
 
@@ -56,22 +82,22 @@ pub fn profile(kind: ProfileKind) -> &'static Profile {
     match kind {
         ProfileKind::Intent => INTENT.get_or_init(|| {
             load(
+                kind,
                 include_str!("intent.md"),
-                include_str!("intent.json"),
                 include_str!("intent.examples.json"),
             )
         }),
         ProfileKind::Bant => BANT.get_or_init(|| {
             load(
+                kind,
                 include_str!("bant.md"),
-                include_str!("bant.json"),
                 include_str!("bant.examples.json"),
             )
         }),
         ProfileKind::NeatP => NEAT_P.get_or_init(|| {
             load(
+                kind,
                 include_str!("neat_p.md"),
-                include_str!("neat_p.json"),
                 include_str!("neat_p.examples.json"),
             )
         }),
@@ -133,14 +159,15 @@ pub(super) fn without_confidence(profile: &Profile) -> Profile {
         .collect::<Vec<_>>()
         .join("\n");
     let mut schema = profile.schema.clone();
-    if let Some(fields) = schema["properties"].as_object_mut() {
-        for field in fields.values_mut() {
-            if let Some(properties) = field["properties"].as_object_mut() {
-                properties.remove("confidence");
-            }
-            if let Some(required) = field["required"].as_array_mut() {
-                required.retain(|name| name != "confidence");
-            }
+    for field in object_mut(&mut schema, "properties")
+        .into_iter()
+        .flat_map(|fields| fields.values_mut())
+    {
+        if let Some(properties) = object_mut(field, "properties") {
+            properties.remove("confidence");
+        }
+        if let Some(Value::Array(required)) = field.get_mut("required") {
+            required.retain(|name| name != "confidence");
         }
     }
     let examples = profile
@@ -148,12 +175,8 @@ pub(super) fn without_confidence(profile: &Profile) -> Profile {
         .iter()
         .map(|example| {
             let mut answer = example.answer.clone();
-            if let Some(fields) = answer.as_object_mut() {
-                for field in fields.values_mut() {
-                    if let Some(field) = field.as_object_mut() {
-                        field.remove("confidence");
-                    }
-                }
+            for (_, criterion) in answer.criteria_mut() {
+                criterion.confidence = None;
             }
             Example {
                 transcript: example.transcript.clone(),
@@ -168,13 +191,19 @@ pub(super) fn without_confidence(profile: &Profile) -> Profile {
     }
 }
 
-/// The intent labels of the intent profile, in its schema's order (read from it once).
+/// The member `key` of a JSON object, when it is an object itself.
+pub(super) fn object_mut<'a>(node: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+    node.get_mut(key).and_then(Value::as_object_mut)
+}
+
+/// The intent labels of the intent profile, in its schema's order.
 pub fn intent_labels() -> &'static [String] {
     static LABELS: OnceLock<Vec<String>> = OnceLock::new();
     LABELS.get_or_init(|| {
-        profile(ProfileKind::Intent).schema["properties"]["intents"]["items"]["properties"]
-            ["intent"]["enum"]
-            .as_array()
+        profile(ProfileKind::Intent)
+            .schema
+            .pointer("/properties/intents/items/properties/intent/enum")
+            .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
                     .filter_map(|v| v.as_str().map(str::to_owned))
@@ -189,27 +218,33 @@ pub(super) const NO_SPEECH: &str = "No speech was detected, so there is nothing 
 
 /// The fixed record of `kind` for a transcript without speech: intent `other` with `low`
 /// confidence; every BANT / NEAT-P field `not_found`, without evidence.
-pub fn no_speech_record(kind: ProfileKind) -> Value {
-    if kind == ProfileKind::Intent {
-        return serde_json::json!({
-            "intents": [{"intent": "other", "confidence": "low"}],
-            "reasoning": NO_SPEECH,
-        });
+pub fn no_speech_record(kind: ProfileKind) -> Record {
+    let none = || Criterion {
+        status: Status::NotFound,
+        summary: NO_SPEECH.to_owned(),
+        confidence: Some(0.0),
+        evidence: Vec::new(),
+    };
+    match kind {
+        ProfileKind::Intent => Record::Intent(IntentRecord {
+            intents: vec![Intent {
+                intent: IntentLabel::Other,
+                confidence: Level::Low,
+            }],
+            reasoning: NO_SPEECH.to_owned(),
+        }),
+        ProfileKind::Bant => Record::Bant(Bant {
+            budget: none(),
+            authority: none(),
+            need: none(),
+            timeline: none(),
+        }),
+        ProfileKind::NeatP => Record::NeatP(NeatP {
+            need: none(),
+            economic_impact: none(),
+            access_to_authority: none(),
+            timeline: none(),
+            priority: none(),
+        }),
     }
-    let fields = profile(kind).schema["properties"]
-        .as_object()
-        .map(|props| {
-            props
-                .keys()
-                .map(|k| {
-                    (
-                        k.clone(),
-                        serde_json::json!({"status": "not_found", "summary": NO_SPEECH,
-                            "confidence": 0.0, "evidence": []}),
-                    )
-                })
-                .collect::<serde_json::Map<String, Value>>()
-        })
-        .unwrap_or_default();
-    Value::Object(fields)
 }

@@ -28,8 +28,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::{ProfileKind, STATUSES};
-use crate::llm::{Generation, LlmError, Message, Odds, Provider, Role, Sampling, Usage};
+use super::record::{Record, Status};
+use super::ProfileKind;
+use crate::llm::{Generation, LlmError, Message, Odds, PointOdds, Provider, Role, Sampling, Usage};
 
 /// The topics a quote is sorted into, as the check's instructions define them.
 const TOPICS: [&str; 7] = [
@@ -38,6 +39,8 @@ const TOPICS: [&str; 7] = [
 
 /// Where the model is about to write the topic.
 const TOPIC_AT: &str = "\"topic\":\"";
+/// Where the topic's odds are taken.
+const TOPIC_POINT: &str = "/topic";
 
 /// Most tokens a check answers with (`{"topic":"decision"}` and some room).
 const ANSWER_TOKENS: u32 = 16;
@@ -206,8 +209,17 @@ struct Example {
     topic: String,
 }
 
+/// The check's answer.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Sorted {
+    topic: String,
+}
+
 fn answer(topic: &str) -> String {
-    serde_json::json!({ "topic": topic }).to_string()
+    serde_json::to_string(&Sorted {
+        topic: topic.to_owned(),
+    })
+    .unwrap_or_default()
 }
 
 /// The check's conversation up to the quote: its instructions, then the worked examples as
@@ -265,13 +277,11 @@ async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage),
             None,
         )
         .await?;
-    let odds = match completion.odds.first() {
-        Some(p) if p.len() == TOPICS.len() => p.clone(),
-        _ => {
-            let said = serde_json::from_str::<Value>(completion.text.trim())
-                .ok()
-                .and_then(|v| v["topic"].as_str().map(str::to_owned));
-            match said.and_then(|t| TOPICS.iter().position(|s| *s == t)) {
+    let odds = match PointOdds::find(&completion.odds, TOPIC_POINT, TOPICS.len()) {
+        Some(p) => p.to_vec(),
+        None => {
+            let said = serde_json::from_str::<Sorted>(completion.text.trim()).ok();
+            match said.and_then(|a| TOPICS.iter().position(|s| *s == a.topic)) {
                 Some(at) => (0..TOPICS.len()).map(|i| f32::from(i == at)).collect(),
                 // No answer to go by: the quote stays.
                 None => vec![1.0; TOPICS.len()],
@@ -325,7 +335,7 @@ impl std::ops::AddAssign for Checked {
 /// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
 /// field's topic is dropped; a field left without one gets the first of the buyer's sentences
 /// (anyone's but the `seller`'s) closest to its summary (see [`closest`]) that is on its
-/// topic, or becomes `not_found`. A field `doubted` (by position in the record) is in doubt: the model reported
+/// topic, or becomes `not_found`. A field named in `doubted` is in doubt: the model reported
 /// it only because it was held back from calling it `not_found`, or summarised it in the words
 /// of a worked example's summary. It is held to [`DOUBTED_ON_TOPIC`] and tries
 /// [`DOUBTED_REPAIR_TRIES`] sentences. A field whose quotes are all weak (below
@@ -334,10 +344,10 @@ impl std::ops::AddAssign for Checked {
 pub(super) async fn check_findings(
     provider: &dyn Provider,
     kind: ProfileKind,
-    record: &mut Value,
+    record: &mut Record,
     transcript: &str,
     seller: Option<&str>,
-    doubted: &[bool],
+    doubted: &[&str],
 ) -> Result<Checked, LlmError> {
     let mut sorter = Sorter {
         provider,
@@ -345,18 +355,15 @@ pub(super) async fn check_findings(
         checked: Checked::default(),
     };
     let mut buyer: Option<Vec<String>> = None;
-    let Some(fields) = record.as_object_mut() else {
-        return Ok(sorter.checked);
-    };
-    for (index, (name, field)) in fields.iter_mut().enumerate() {
-        let status = field["status"].as_str().unwrap_or_default().to_owned();
-        if !STATUSES[..STATUSES.len() - 1].contains(&status.as_str()) {
+    for (name, field) in record.criteria_mut() {
+        let status = field.status.as_str();
+        if field.status == Status::NotFound {
             continue;
         }
         let Some(wanted) = topic(kind, name) else {
             continue;
         };
-        let in_doubt = doubted.get(index).copied().unwrap_or(false);
+        let in_doubt = doubted.contains(&name);
         let (least, tries) = if in_doubt {
             sorter.checked.doubted += 1;
             (DOUBTED_ON_TOPIC, DOUBTED_REPAIR_TRIES)
@@ -367,15 +374,7 @@ pub(super) async fn check_findings(
             .iter()
             .position(|t| *t == wanted)
             .expect("a known topic");
-        let given: Vec<String> = field["evidence"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let given = std::mem::take(&mut field.evidence);
         let mut kept = Vec::new();
         // The kept quotes' best probability of the field's topic.
         let mut best = 0.0f32;
@@ -384,7 +383,7 @@ pub(super) async fn check_findings(
             let elsewhere = p >= least && sorter.about_the_twin(quote, at).await?;
             tracing::debug!(?kind, field = %name, %status, quote, p, in_doubt, elsewhere, "evidence sorted");
             if p >= least && !elsewhere {
-                kept.push(Value::from(quote.as_str()));
+                kept.push(quote.clone());
                 best = best.max(p);
             } else {
                 sorter.checked.dropped += 1;
@@ -398,7 +397,7 @@ pub(super) async fn check_findings(
             } else {
                 CLEAR_ON_TOPIC
             };
-            let summary = field["summary"].as_str().unwrap_or_default();
+            let summary = field.summary.as_str();
             let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
             let tries = closest(summary, wanted, buyer)
                 .into_iter()
@@ -420,22 +419,19 @@ pub(super) async fn check_findings(
                     } else {
                         sorter.checked.replaced += 1;
                     }
-                    kept = vec![Value::from(quote)];
+                    kept = vec![quote.to_owned()];
                     break;
                 }
             }
         }
-        let f = field
-            .as_object_mut()
-            .expect("a field with a status is an object");
         if kept.is_empty() {
-            f.insert("status".into(), Value::from(STATUSES[STATUSES.len() - 1]));
-            f.insert("summary".into(), Value::from(""));
+            field.status = Status::NotFound;
+            field.summary.clear();
             sorter.checked.cleared += 1;
         } else if in_doubt {
             sorter.checked.doubted_kept += 1;
         }
-        f.insert("evidence".into(), Value::Array(kept));
+        field.evidence = kept;
     }
     Ok(sorter.checked)
 }
@@ -502,10 +498,11 @@ impl Sorter<'_> {
 /// The fields each task's schema has, for the tests.
 #[cfg(test)]
 fn schema_fields(kind: ProfileKind) -> Vec<String> {
-    super::profile(kind).schema["properties"]
-        .as_object()
-        .map(|p| p.keys().cloned().collect())
-        .unwrap_or_default()
+    super::no_speech_record(kind)
+        .criteria()
+        .into_iter()
+        .map(|(name, _)| name.to_owned())
+        .collect()
 }
 
 #[cfg(test)]
@@ -739,17 +736,38 @@ mod tests {
     }
 
     /// Checks a NEAT-P `record` of `call`, whose agent is the seller, with `model`.
+    /// `record` is given as JSON, in part (fields left out are `not_found`), and `doubted`
+    /// by position in NEAT-P's field order.
     async fn neat_p(model: &Table, record: &mut Value, call: &str, doubted: &[bool]) -> Checked {
-        check_findings(
+        let mut full = super::super::no_speech_record(ProfileKind::NeatP).to_value();
+        for (name, field) in full.as_object_mut().unwrap() {
+            *field = record.get(name).cloned().unwrap_or_else(
+                || serde_json::json!({"status": "not_found", "summary": "", "evidence": []}),
+            );
+        }
+        let mut typed = Record::parse(ProfileKind::NeatP, &full.to_string()).unwrap();
+        let names = schema_fields(ProfileKind::NeatP);
+        let doubted: Vec<&str> = names
+            .iter()
+            .zip(doubted)
+            .filter(|(_, d)| **d)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let checked = check_findings(
             model,
             ProfileKind::NeatP,
-            record,
+            &mut typed,
             call,
             Some("Agent"),
-            doubted,
+            &doubted,
         )
         .await
-        .unwrap()
+        .unwrap();
+        let all = typed.to_value();
+        for (name, field) in record.as_object_mut().unwrap() {
+            *field = all[name.as_str()].clone();
+        }
+        checked
     }
 
     /// A model that sorts each quote by a fixed table (the quote, its topic and that topic's
@@ -796,7 +814,14 @@ mod tests {
                     total_tokens: 25,
                 },
                 finish: FinishReason::Stop,
-                odds: if self.odds { vec![odds] } else { Vec::new() },
+                odds: if self.odds {
+                    vec![PointOdds {
+                        at: TOPIC_POINT.to_owned(),
+                        p: odds,
+                    }]
+                } else {
+                    Vec::new()
+                },
             })
         }
 

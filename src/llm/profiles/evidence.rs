@@ -8,6 +8,7 @@ use callstream_actors::asr::wer;
 use callstream_actors::transcript::{CLOSERS, SENTENCE_ENDS};
 use serde_json::Value;
 
+use super::record::{Record, Status};
 use super::*;
 
 /// Fewest words a summary must keep, in order, from a worked example's summary to count as
@@ -18,26 +19,24 @@ pub(super) const COPIED_WORDS: usize = 4;
 /// make it a copy of that summary.
 pub(super) const COPIED_SHARE: f32 = 0.6;
 
-/// For each field of a BANT or NEAT-P record, in order, whether its summary copies the
-/// summary of a field in one of the worked examples (of any profile: the files layout shows
-/// them all): most of its words are that summary's, in the same order, with case,
-/// punctuation and the spelling of numbers aside. A small model copies an example's summary
-/// instead of reading the call, whole or with a word or two of the call put in: the 0.5B
-/// model wrote NEAT-P's "After the summer at the earliest, nothing fixed." as the timeline of
-/// calls that named no time at all, and "After the fourth clinic, nothing fixed." (4 of its 6
-/// words) on a call that had none; it then backs the copy with whatever sentence is nearest.
-/// A summary that only shares the example's frame ("About 40 thousand dollars is set aside
-/// for this project.", 5 of 10 words) is the model's own.
-pub(super) fn summarised_as_an_example(record: &Value) -> Vec<bool> {
+/// The fields of a BANT or NEAT-P record whose summary copies the summary of a field in one
+/// of the worked examples (of any profile: the files layout shows them all): most of its
+/// words are that summary's, in the same order, with case, punctuation and the spelling of
+/// numbers aside. A small model copies an example's summary instead of reading the call,
+/// whole or with a word or two of the call put in: the 0.5B model wrote NEAT-P's "After the
+/// summer at the earliest, nothing fixed." as the timeline of calls that named no time at
+/// all, and "After the fourth clinic, nothing fixed." (4 of its 6 words) on a call that had
+/// none; it then backs the copy with whatever sentence is nearest. A summary that only shares
+/// the example's frame ("About 40 thousand dollars is set aside for this project.", 5 of 10
+/// words) is the model's own.
+pub(super) fn summarised_as_an_example(record: &Record) -> Vec<&'static str> {
     static EXAMPLES: OnceLock<Vec<Vec<String>>> = OnceLock::new();
     let examples = EXAMPLES.get_or_init(|| {
         ProfileKind::ALL
             .iter()
             .flat_map(|kind| &profile(*kind).examples)
-            .filter_map(|e| e.answer.as_object())
-            .flat_map(|answer| answer.values())
-            .filter_map(|field| field["summary"].as_str())
-            .map(wer::normalise)
+            .flat_map(|e| e.answer.criteria())
+            .map(|(_, criterion)| wer::normalise(&criterion.summary))
             .filter(|words| !words.is_empty())
             .collect()
     });
@@ -51,14 +50,11 @@ pub(super) fn summarised_as_an_example(record: &Value) -> Vec<bool> {
             })
     };
     record
-        .as_object()
-        .map(|fields| {
-            fields
-                .values()
-                .map(|field| field["summary"].as_str().is_some_and(copies))
-                .collect()
-        })
-        .unwrap_or_default()
+        .criteria()
+        .into_iter()
+        .filter(|(_, criterion)| copies(&criterion.summary))
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// Longest evidence quote the schemas allow (`maxLength` of an evidence item).
@@ -181,26 +177,33 @@ pub(super) fn quoting(schema: &Value, buyer: &[String], said: &[String]) -> Valu
             })
         }
     };
-    if let Some(fields) = schema["properties"].as_object_mut() {
-        for field in fields.values_mut() {
-            if !field["properties"]["evidence"].is_object() {
-                continue;
-            }
-            let branches: Vec<Value> = STATUSES
-                .iter()
-                .map(|&status| {
-                    let mut branch = field.clone();
-                    branch["properties"]["status"] = serde_json::json!({"enum": [status]});
-                    branch["properties"]["evidence"] = match status {
-                        "identified" => quotes(buyer, "buyer"),
-                        "partial" => quotes(said, "said"),
-                        _ => quotes(&[], ""),
-                    };
-                    branch
-                })
-                .collect();
-            *field = serde_json::json!({"anyOf": branches});
+    for field in object_mut(&mut schema, "properties")
+        .into_iter()
+        .flat_map(|fields| fields.values_mut())
+    {
+        if field.pointer("/properties/evidence").is_none() {
+            continue;
         }
+        let branches: Vec<Value> = Status::ALL
+            .iter()
+            .map(|&status| {
+                let mut branch = field.clone();
+                if let Some(properties) = object_mut(&mut branch, "properties") {
+                    properties.insert(
+                        "status".into(),
+                        serde_json::json!({"enum": [status.as_str()]}),
+                    );
+                    let evidence = match status {
+                        Status::Identified => quotes(buyer, "buyer"),
+                        Status::Partial => quotes(said, "said"),
+                        Status::NotFound => quotes(&[], ""),
+                    };
+                    properties.insert("evidence".into(), evidence);
+                }
+                branch
+            })
+            .collect();
+        *field = serde_json::json!({"anyOf": branches});
     }
     let mut defs = serde_json::Map::new();
     for (name, list) in [("buyer", buyer), ("said", said)] {
@@ -208,7 +211,9 @@ pub(super) fn quoting(schema: &Value, buyer: &[String], said: &[String]) -> Valu
             defs.insert(name.into(), serde_json::json!({"enum": list}));
         }
     }
-    schema["$defs"] = Value::Object(defs);
+    if let Some(root) = schema.as_object_mut() {
+        root.insert("$defs".into(), Value::Object(defs));
+    }
     schema
 }
 
@@ -392,7 +397,7 @@ pub(super) fn align_quote<'a>(wanted: &[String], spoken: &[SpokenLine<'a>]) -> O
 /// marked partial with no evidence becomes not_found, and a not_found one has no summary or
 /// evidence. Confidences are clamped to 0..1. Returns how many quotes there were and how many
 /// were kept, as given or aligned.
-pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str>) -> Quotes {
+pub fn verify_evidence(record: &mut Record, transcript: &str, seller: Option<&str>) -> Quotes {
     let labels = speaker_labels(transcript);
     let spoken: Vec<SpokenLine> = transcript
         .lines()
@@ -403,63 +408,45 @@ pub fn verify_evidence(record: &mut Value, transcript: &str, seller: Option<&str
         })
         .collect();
     let mut quotes = Quotes::default();
-    let Some(criteria) = record.as_object_mut() else {
-        return quotes;
-    };
-    for criterion in criteria.values_mut() {
-        let Some(c) = criterion.as_object_mut() else {
-            continue;
-        };
-        if let Some(Value::Array(given)) = c.get_mut("evidence") {
-            let mut kept: Vec<Value> = Vec::new();
-            for quote in given.iter().take(MAX_QUOTES).filter_map(Value::as_str) {
-                let quote = quote
-                    .trim()
-                    .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'));
-                let wanted: Vec<String> = words(strip_label(quote, &labels))
-                    .into_iter()
-                    .map(|(_, _, key)| key)
-                    .collect();
-                let (said, exact) = match find_quote(&wanted, &spoken) {
-                    Some(said) => (said, true),
-                    None => match align_quote(&wanted, &spoken) {
-                        Some(said) => (said, false),
-                        None => continue,
-                    },
-                };
-                if !kept.iter().any(|k| k.as_str() == Some(said)) {
-                    kept.push(Value::from(said));
-                    if exact {
-                        quotes.verbatim += 1;
-                    } else {
-                        quotes.aligned += 1;
-                    }
+    for (_, c) in record.criteria_mut() {
+        let mut kept: Vec<String> = Vec::new();
+        for quote in c.evidence.iter().take(MAX_QUOTES) {
+            let quote = quote
+                .trim()
+                .trim_matches(|ch| matches!(ch, '"' | '\'' | '“' | '”'));
+            let wanted: Vec<String> = words(strip_label(quote, &labels))
+                .into_iter()
+                .map(|(_, _, key)| key)
+                .collect();
+            let (said, exact) = match find_quote(&wanted, &spoken) {
+                Some(said) => (said, true),
+                None => match align_quote(&wanted, &spoken) {
+                    Some(said) => (said, false),
+                    None => continue,
+                },
+            };
+            if !kept.iter().any(|k| k == said) {
+                kept.push(said.to_owned());
+                if exact {
+                    quotes.verbatim += 1;
+                } else {
+                    quotes.aligned += 1;
                 }
             }
-            quotes.given += given.len();
-            *given = kept;
         }
-        let no_evidence = c
-            .get("evidence")
-            .and_then(Value::as_array)
-            .is_none_or(Vec::is_empty);
-        let status = c.get("status").and_then(Value::as_str).unwrap_or_default();
-        let status = match status {
-            "identified" if no_evidence => "partial",
-            "partial" if no_evidence => "not_found",
+        quotes.given += c.evidence.len();
+        c.evidence = kept;
+        c.status = match c.status {
+            Status::Identified if c.evidence.is_empty() => Status::Partial,
+            Status::Partial if c.evidence.is_empty() => Status::NotFound,
             other => other,
+        };
+        if c.status == Status::NotFound {
+            c.summary.clear();
+            c.evidence.clear();
         }
-        .to_owned();
-        if status == "not_found" {
-            c.insert("summary".into(), Value::from(""));
-            c.insert("evidence".into(), Value::Array(Vec::new()));
-        }
-        c.insert("status".into(), Value::from(status));
-        if let Some(conf) = c.get("confidence").and_then(Value::as_f64) {
-            c.insert(
-                "confidence".into(),
-                Value::from((conf.clamp(0.0, 1.0) * 100.0).round() / 100.0),
-            );
+        if let Some(conf) = c.confidence {
+            c.confidence = Some((conf.clamp(0.0, 1.0) * 100.0).round() / 100.0);
         }
     }
     quotes

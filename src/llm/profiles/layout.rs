@@ -95,7 +95,7 @@ pub fn messages(
                     Role::User,
                     format!("Transcript:\n{}", example.transcript),
                 ));
-                messages.push(Message::new(Role::Assistant, example.answer.to_string()));
+                messages.push(Message::new(Role::Assistant, example.answer.to_json()));
             }
             messages.push(Message::new(
                 Role::User,
@@ -111,7 +111,7 @@ pub fn messages(
                         Role::User,
                         shared_request(shown, &example.transcript),
                     ));
-                    messages.push(Message::new(Role::Assistant, example.answer.to_string()));
+                    messages.push(Message::new(Role::Assistant, example.answer.to_json()));
                 }
             }
             messages.push(Message::new(Role::User, shared_request(kind, transcript)));

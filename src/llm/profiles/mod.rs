@@ -28,6 +28,7 @@ mod evidence;
 mod fit;
 mod layout;
 mod odds;
+pub mod record;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ pub use catalogue::{
 pub use check::Checked;
 pub use evidence::verify_evidence;
 pub use layout::{messages, warm_ups, Layout, FILE_LAYOUT, LIVE_LAYOUT};
+pub use record::Record;
 
 /// Runs a profile over `transcript` (one line per utterance, `Speaker: text`). A transcript
 /// in which nobody said anything gets [`no_speech_record`] without asking the model, which
@@ -57,7 +59,7 @@ pub async fn analyse(
 ) -> Result<(Value, Usage), LlmError> {
     analyse_checked(provider, kind, layout, transcript, seller)
         .await
-        .map(|a| (a.record, a.usage))
+        .map(|a| (a.record.to_value(), a.usage))
 }
 
 /// [`analyse`], also telling how many evidence quotes the model gave and kept.
@@ -81,37 +83,39 @@ pub async fn analyse_checked(
         });
     }
     let mut completion = generate_fitted(provider, kind, layout, transcript, seller).await?;
-    let mut value = parse_answer(kind, &completion)?;
+    let mut record = parse_answer(kind, &completion)?;
     tracing::debug!(?kind, answer = %completion.text.trim(), odds = ?completion.odds, "analysis answered");
-    let (quotes, checked) = if kind == ProfileKind::Intent {
-        weigh_intents(&mut value, &completion.odds);
-        Default::default()
-    } else {
-        let quotes = verify_evidence(&mut value, transcript, seller);
-        let pushed = pushed_past_not_found(&completion.odds);
-        let doubted: Vec<bool> = summarised_as_an_example(&value)
-            .into_iter()
-            .enumerate()
-            .map(|(i, copied)| copied || pushed.get(i).copied().unwrap_or(false))
-            .collect();
-        let checked =
-            check::check_findings(provider, kind, &mut value, transcript, seller, &doubted).await?;
-        completion.usage += checked.usage;
-        // After the checks, so that a field they left not_found gets that status's probability.
-        weigh_statuses(&mut value, &completion.odds);
-        (quotes, checked)
+    let (quotes, checked) = match &mut record {
+        Record::Intent(intent) => {
+            weigh_intents(intent, &completion.odds);
+            Default::default()
+        }
+        _ => {
+            let quotes = verify_evidence(&mut record, transcript, seller);
+            let mut doubted = pushed_past_not_found(&record, &completion.odds);
+            doubted.extend(summarised_as_an_example(&record));
+            let checked =
+                check::check_findings(provider, kind, &mut record, transcript, seller, &doubted)
+                    .await?;
+            completion.usage += checked.usage;
+            // After the checks, so that a field they left not_found gets that status's
+            // probability.
+            weigh_statuses(&mut record, &completion.odds);
+            (quotes, checked)
+        }
     };
     Ok(Analysis {
-        record: value,
+        record,
         usage: completion.usage,
         quotes,
         checked,
     })
 }
 
-/// The record in `completion`'s text.
-fn parse_answer(kind: ProfileKind, completion: &super::Completion) -> Result<Value, LlmError> {
-    serde_json::from_str(completion.text.trim()).map_err(|e| {
+/// The record in `completion`'s text. The schema holds the embedded model to the record's
+/// shape; an upstream model that strays from it is an engine error naming the field.
+fn parse_answer(kind: ProfileKind, completion: &super::Completion) -> Result<Record, LlmError> {
+    Record::parse(kind, completion.text.trim()).map_err(|e| {
         let tail: String = completion
             .text
             .chars()
@@ -122,7 +126,7 @@ fn parse_answer(kind: ProfileKind, completion: &super::Completion) -> Result<Val
             .rev()
             .collect();
         LlmError::Engine(format!(
-            "the {kind:?} analysis is not valid JSON ({e}; {:?}, ends {tail:?})",
+            "the {kind:?} analysis is not a {kind:?} record ({e}; {:?}, ends {tail:?})",
             completion.finish
         ))
     })
@@ -146,7 +150,7 @@ pub struct Quotes {
 #[derive(Debug, Clone)]
 pub struct Analysis {
     /// The record (quotes checked).
-    pub record: Value,
+    pub record: Record,
     /// Tokens spent.
     pub usage: Usage,
     /// The evidence quotes, before the check.

@@ -1,9 +1,10 @@
 //! Confidence from the model's own odds: how likely it found each intent and each status at
-//! the points of its answer where it wrote them.
+//! the points of its answer where it wrote them. Odds are found by where they were taken
+//! (the JSON Pointer of the value written there), never by how many came before.
 
-use serde_json::Value;
-
+use super::record::{IntentRecord, Level, Record, Status};
 use super::*;
+use crate::llm::PointOdds;
 
 /// The intent label for a contact none of the others fits.
 pub(super) const NO_FIT: &str = "other";
@@ -22,27 +23,31 @@ pub(super) const NO_FIT_SURE: f32 = 0.4;
 /// docs/benchmarks.md).
 pub(super) const INTENT_SURE: [f32; 2] = [0.8, 0.5];
 
+/// Where the odds of the `i`th intent's label are taken.
+pub(super) fn intent_point(i: usize) -> String {
+    format!("/intents/{i}/intent")
+}
+
+/// Where the odds of field `name`'s status are taken.
+pub(super) fn status_point(name: &str) -> String {
+    format!("/{name}/status")
+}
+
 /// Sets each intent's `confidence` from the probability the model gave its label where it
-/// wrote it (`odds`, one point per intent, in order): `high`, `medium` or `low` by
-/// [`INTENT_SURE`]. The confidence the model writes itself copies its worked examples. Where
-/// the model would have written [`NO_FIT`] (the likeliest word there) but was held below
-/// [`NO_FIT_SURE`], the label written instead is weighed among the labels other than
-/// `other`, as the choice it was. Left as it is when the odds do not fit the record (an
-/// upstream model gives none).
-pub(super) fn weigh_intents(record: &mut Value, odds: &[Vec<f32>]) {
+/// wrote it (the odds at [`intent_point`]): `high`, `medium` or `low` by [`INTENT_SURE`]. The
+/// confidence the model writes itself copies its worked examples. Where the model would have
+/// written [`NO_FIT`] (the likeliest word there) but was held below [`NO_FIT_SURE`], the
+/// label written instead is weighed among the labels other than `other`, as the choice it
+/// was. An intent without odds (an upstream model gives none) keeps the level written.
+pub(super) fn weigh_intents(record: &mut IntentRecord, odds: &[PointOdds]) {
     let labels = intent_labels();
     let no_fit = labels.iter().position(|l| l == NO_FIT);
-    let Some(intents) = record["intents"].as_array_mut() else {
-        return;
-    };
-    if intents.len() != odds.len() || odds.iter().any(|p| p.len() != labels.len()) {
-        return;
-    }
-    for (intent, p) in intents.iter_mut().zip(odds) {
-        let Some(at) = intent["intent"]
-            .as_str()
-            .and_then(|label| labels.iter().position(|l| l == label))
-        else {
+    for (i, intent) in record.intents.iter_mut().enumerate() {
+        let Some(p) = PointOdds::find(odds, &intent_point(i), labels.len()) else {
+            continue;
+        };
+        let label = intent.intent.name();
+        let Some(at) = labels.iter().position(|l| *l == label) else {
             continue;
         };
         let mut p_at = p[at];
@@ -52,12 +57,11 @@ pub(super) fn weigh_intents(record: &mut Value, odds: &[Vec<f32>]) {
                 p_at /= 1.0 - p[no_fit];
             }
         }
-        let level = match p_at {
-            p if p >= INTENT_SURE[0] => "high",
-            p if p >= INTENT_SURE[1] => "medium",
-            _ => "low",
+        intent.confidence = match p_at {
+            p if p >= INTENT_SURE[0] => Level::High,
+            p if p >= INTENT_SURE[1] => Level::Medium,
+            _ => Level::Low,
         };
-        intent["confidence"] = Value::from(level);
     }
 }
 
@@ -65,7 +69,11 @@ pub(super) fn weigh_intents(record: &mut Value, odds: &[Vec<f32>]) {
 pub(super) const INTENT_AT: &str = "\"intent\":\"";
 
 /// The statuses of a BANT or NEAT-P field, in the schemas' order.
-pub(super) const STATUSES: [&str; 3] = ["identified", "partial", "not_found"];
+pub(super) const STATUSES: [&str; 3] = [
+    Status::ALL[0].as_str(),
+    Status::ALL[1].as_str(),
+    Status::ALL[2].as_str(),
+];
 /// Where the model is about to write a field's status in a BANT or NEAT-P answer.
 pub(super) const STATUS_AT: &str = "\"status\":\"";
 
@@ -78,52 +86,45 @@ pub(super) const STATUS_AT: &str = "\"status\":\"";
 /// them apart; a quote sorted by topic on its own can (docs/benchmarks.md).
 pub(super) const NOT_FOUND_SURE: f32 = 0.95;
 
-/// For each field of a BANT or NEAT-P answer, given the status odds where it was written,
-/// whether the model would have written `not_found` there but was held back by
-/// [`NOT_FOUND_SURE`]: `not_found` was the likeliest status, yet below that probability.
-pub(super) fn pushed_past_not_found(odds: &[Vec<f32>]) -> Vec<bool> {
+/// For each field of a BANT or NEAT-P `record` (by name), whether the model would have
+/// written `not_found` there but was held back by [`NOT_FOUND_SURE`]: `not_found` was the
+/// likeliest status where it wrote the field's status, yet below that probability.
+pub(super) fn pushed_past_not_found(record: &Record, odds: &[PointOdds]) -> Vec<&'static str> {
     let last = STATUSES.len() - 1;
-    odds.iter()
-        .map(|p| {
-            p.len() == STATUSES.len()
-                && p[last] < NOT_FOUND_SURE
-                && p[..last].iter().all(|other| *other <= p[last])
+    record
+        .criteria()
+        .into_iter()
+        .filter(|(name, _)| {
+            PointOdds::find(odds, &status_point(name), STATUSES.len()).is_some_and(|p| {
+                p[last] < NOT_FOUND_SURE && p[..last].iter().all(|other| *other <= p[last])
+            })
         })
+        .map(|(name, _)| name)
         .collect()
 }
 
-/// Sets each field's confidence to the probability the model gave its status, when the model
-/// reported one per field (`odds`: for each field in the record's order, the probabilities of
-/// [`STATUSES`] where it wrote the status). A model's own "confidence" number copies what its
+/// Sets each field's confidence to the probability the model gave its status where it wrote
+/// it (the odds at [`status_point`]). A model's own "confidence" number copies what its
 /// examples show (0.9 identified, 0.6 partial); this one says how sure it was. A field whose
 /// status the evidence checks stepped down (quotes not said, or about something else) gets the
-/// probability of the status it ended with.
-/// Left as it is when the counts differ (an upstream model, a status written otherwise). A
-/// field that has no confidence then (one the model was not asked to write,
+/// probability of the status it ended with. A field without odds (an upstream model) keeps
+/// the confidence written; one that has none then (one the model was not asked to write,
 /// [`Confidence::Weighed`], and whose status was not weighed) gets 0: nothing says how sure
 /// the model was of it.
-pub(super) fn weigh_statuses(record: &mut Value, odds: &[Vec<f32>]) {
-    let Some(fields) = record.as_object_mut() else {
-        return;
-    };
-    let fits = odds.len() == fields.len() && odds.iter().all(|p| p.len() == STATUSES.len());
-    for (i, field) in fields.values_mut().enumerate() {
-        let Some(f) = field.as_object_mut() else {
-            continue;
-        };
-        let status = f.get("status").and_then(Value::as_str).unwrap_or_default();
-        let weighed = STATUSES
-            .iter()
-            .position(|s| *s == status)
-            .filter(|_| fits)
-            .map(|at| (f64::from(odds[i][at]).clamp(0.0, 1.0) * 100.0).round() / 100.0);
+pub(super) fn weigh_statuses(record: &mut Record, odds: &[PointOdds]) {
+    for (name, criterion) in record.criteria_mut() {
+        let at = Status::ALL.iter().position(|s| *s == criterion.status);
+        let weighed = PointOdds::find(odds, &status_point(name), STATUSES.len())
+            .zip(at)
+            .map(|(p, at)| (f64::from(p[at]).clamp(0.0, 1.0) * 100.0).round() / 100.0);
         match weighed {
-            Some(sure) => {
-                f.insert("confidence".into(), Value::from(sure));
-            }
-            None if !f.contains_key("confidence") => {
-                tracing::warn!(status, "a field's status was not weighed: confidence 0");
-                f.insert("confidence".into(), Value::from(0.0));
+            Some(sure) => criterion.confidence = Some(sure),
+            None if criterion.confidence.is_none() => {
+                tracing::warn!(
+                    field = name,
+                    "a field's status was not weighed: confidence 0"
+                );
+                criterion.confidence = Some(0.0);
             }
             None => {}
         }

@@ -1,7 +1,61 @@
 //! The analyses on scripted models: what each step makes of answers the test writes.
 
+use super::record::Record;
 use super::*;
-use crate::llm::{Generation, Message, Role};
+use crate::llm::{Generation, Message, PointOdds, Role};
+
+/// `kind`'s record given in part as JSON: the fields it leaves out are `not_found`, without
+/// summary or evidence.
+fn full_record(kind: ProfileKind, part: &Value) -> Record {
+    let mut full = no_speech_record(kind).to_value();
+    for (name, field) in full.as_object_mut().unwrap() {
+        *field = serde_json::json!({"status": "not_found", "summary": "", "evidence": []});
+        if let Some(given) = part.get(name) {
+            *field = given.clone();
+        }
+    }
+    Record::parse(kind, &full.to_string()).unwrap()
+}
+
+/// The fields of `part` set to what they are in `record`.
+fn write_back(record: &Record, part: &mut Value) {
+    let all = record.to_value();
+    for (name, field) in part.as_object_mut().unwrap() {
+        *field = all[name.as_str()].clone();
+    }
+}
+
+/// [`verify_evidence`] on a BANT record given in part (see [`full_record`]).
+fn verify_part(part: &mut Value, transcript: &str, seller: Option<&str>) -> Quotes {
+    let mut record = full_record(ProfileKind::Bant, part);
+    let quotes = verify_evidence(&mut record, transcript, seller);
+    write_back(&record, part);
+    quotes
+}
+
+/// Odds taken where the statuses of `fields` were written, in turn.
+fn status_odds(fields: &[&str], points: &[Vec<f32>]) -> Vec<PointOdds> {
+    fields
+        .iter()
+        .zip(points)
+        .map(|(name, p)| PointOdds {
+            at: status_point(name),
+            p: p.clone(),
+        })
+        .collect()
+}
+
+/// Odds taken where the intents were written, in turn.
+fn intent_odds(points: &[Vec<f32>]) -> Vec<PointOdds> {
+    points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PointOdds {
+            at: intent_point(i),
+            p: p.clone(),
+        })
+        .collect()
+}
 
 /// A model that must not be asked.
 struct Untouchable;
@@ -22,7 +76,7 @@ impl Provider for Untouchable {
 }
 
 /// An answer's text and the odds taken in it.
-type Answer = (&'static str, Vec<Vec<f32>>);
+type Answer = (&'static str, Vec<PointOdds>);
 
 /// A model that gives the answers it was handed, in turn, and keeps what it was asked.
 struct Scripted {
@@ -68,13 +122,13 @@ impl Provider for Scripted {
 }
 
 /// Odds at the first intent: `given` label by label, none for the rest.
-fn first_intent(given: &[(&str, f32)]) -> Vec<Vec<f32>> {
+fn first_intent(given: &[(&str, f32)]) -> Vec<PointOdds> {
     let labels = intent_labels();
     let mut first = vec![0.0; labels.len()];
     for (label, p) in given {
         first[labels.iter().position(|l| l == label).unwrap()] = *p;
     }
-    vec![first]
+    intent_odds(&[first])
 }
 
 const OTHER: &str = r#"{"intents":[{"intent":"other","confidence":"low"}],"reasoning":"unclear"}"#;
@@ -163,22 +217,34 @@ fn an_intent_is_as_sure_as_the_model_was() {
         point("complaint", 0.6),
         point("refund_request", 0.85),
     ];
-    let mut weighed = record.clone();
-    weigh_intents(&mut weighed, &odds);
+    let typed = |v: &Value| match Record::parse(ProfileKind::Intent, &v.to_string()).unwrap() {
+        Record::Intent(r) => r,
+        _ => unreachable!(),
+    };
+    let mut weighed = typed(&record);
+    weigh_intents(&mut weighed, &intent_odds(&odds));
+    let weighed = Record::Intent(weighed).to_value();
     let levels: Vec<&Value> = (0..3)
         .map(|i| &weighed["intents"][i]["confidence"])
         .collect();
     assert_eq!(levels, ["low", "medium", "high"]);
     assert_eq!(weighed["reasoning"], "a fee");
-    // Odds that do not fit the record leave it as it is.
+    // An intent without odds, or with odds of other words, keeps its level; the others
+    // are weighed.
+    let mut part = typed(&record);
+    weigh_intents(&mut part, &intent_odds(&odds[..2]));
+    let part = Record::Intent(part).to_value();
+    assert_eq!(part["intents"][1]["confidence"], "medium");
+    assert_eq!(part["intents"][2]["confidence"], "low");
     for unfit in [
-        &odds[..2],
-        &[vec![0.5; 3], vec![0.5; 3], vec![0.5; 3]][..],
-        &[],
+        intent_odds(&[vec![0.5; 3], vec![0.5; 3], vec![0.5; 3]]),
+        Vec::new(),
+        // Odds taken elsewhere are not the intents'.
+        status_odds(&["intents"], &odds),
     ] {
-        let mut same = record.clone();
-        weigh_intents(&mut same, unfit);
-        assert_eq!(same, record);
+        let mut same = typed(&record);
+        weigh_intents(&mut same, &unfit);
+        assert_eq!(Record::Intent(same).to_value(), record);
     }
 }
 
@@ -189,14 +255,14 @@ async fn a_transcript_without_speech_gets_the_fixed_record_without_the_model() {
             let (record, usage) = analyse(&Untouchable, kind, Layout::Shared, transcript, None)
                 .await
                 .unwrap();
-            assert_eq!(record, no_speech_record(kind));
+            assert_eq!(record, no_speech_record(kind).to_value());
             assert_eq!(usage, Usage::default());
         }
     }
-    let intent = no_speech_record(ProfileKind::Intent);
+    let intent = no_speech_record(ProfileKind::Intent).to_value();
     assert_eq!(intent["intents"][0]["intent"], "other");
     assert_eq!(intent["intents"][0]["confidence"], "low");
-    let bant = no_speech_record(ProfileKind::Bant);
+    let bant = no_speech_record(ProfileKind::Bant).to_value();
     let fields: Vec<&String> = bant.as_object().unwrap().keys().collect();
     assert_eq!(fields, ["budget", "authority", "need", "timeline"]);
     assert!(bant
@@ -206,6 +272,7 @@ async fn a_transcript_without_speech_gets_the_fixed_record_without_the_model() {
         .all(|f| f["status"] == "not_found" && f["evidence"] == serde_json::json!([])));
     assert_eq!(
         no_speech_record(ProfileKind::NeatP)
+            .to_value()
             .as_object()
             .unwrap()
             .len(),
@@ -315,7 +382,8 @@ fn worked_examples_follow_their_schema_and_quote_their_transcripts() {
     for kind in [ProfileKind::Intent, ProfileKind::Bant, ProfileKind::NeatP] {
         let p = profile(kind);
         for (i, example) in p.examples.iter().enumerate() {
-            let errors = schema_errors(&p.schema, &example.answer, &format!("{kind:?}[{i}]"));
+            let answer = example.answer.to_value();
+            let errors = schema_errors(&p.schema, &answer, &format!("{kind:?}[{i}]"));
             assert!(errors.is_empty(), "{errors:#?}");
             if kind != ProfileKind::Intent {
                 let mut checked = example.answer.clone();
@@ -326,11 +394,11 @@ fn worked_examples_follow_their_schema_and_quote_their_transcripts() {
         }
     }
     // Every label is shown at least once.
-    let shown: std::collections::HashSet<&str> = profile(ProfileKind::Intent)
+    let shown: std::collections::HashSet<String> = profile(ProfileKind::Intent)
         .examples
         .iter()
-        .flat_map(|e| e.answer["intents"].as_array().unwrap())
-        .filter_map(|i| i["intent"].as_str())
+        .filter_map(|e| e.answer.intent())
+        .flat_map(|r| r.intents.iter().map(|i| i.intent.name()))
         .collect();
     assert_eq!(shown.len(), intent_labels().len());
 }
@@ -482,13 +550,13 @@ fn a_model_that_gives_odds_is_not_asked_for_the_confidence_they_give() {
         assert_eq!(weighed.examples.len(), written.examples.len());
         for (w, g) in written.examples.iter().zip(&weighed.examples) {
             assert_eq!(w.transcript, g.transcript);
-            assert!(!g.answer.to_string().contains("confidence"));
-            let mut stripped = w.answer.clone();
+            assert!(!g.answer.to_json().contains("confidence"));
+            let mut stripped = w.answer.to_value();
             for field in stripped.as_object_mut().unwrap().values_mut() {
                 field.as_object_mut().unwrap().remove("confidence");
             }
-            assert_eq!(g.answer, stripped);
-            let errors = schema_errors(&weighed.schema, &g.answer, &format!("{kind:?}"));
+            assert_eq!(g.answer.to_value(), stripped);
+            let errors = schema_errors(&weighed.schema, &g.answer.to_value(), &format!("{kind:?}"));
             assert!(errors.is_empty(), "{errors:#?}");
         }
         // The intent profile, and every profile for a model that tells no odds, as written.
@@ -572,7 +640,7 @@ fn evidence_must_occur_in_the_transcript() {
         "need": {"status": "partial", "summary": "a quarter", "confidence": 0.5,
                  "evidence": ["maybe next quarter we'll see"]}
     });
-    let quotes = verify_evidence(&mut record, transcript, None);
+    let quotes = verify_part(&mut record, transcript, None);
     assert_eq!(
         quotes,
         Quotes {
@@ -624,7 +692,7 @@ fn what_the_seller_says_is_not_evidence() {
                       "evidence": ["I run the office."]}
     });
     let mut checked = record.clone();
-    let quotes = verify_evidence(&mut checked, transcript, Some("agent"));
+    let quotes = verify_part(&mut checked, transcript, Some("agent"));
     // The agent's "we can install next week" is nearly what the customer said, so it is
     // kept as the customer said it, once.
     assert_eq!(
@@ -648,7 +716,7 @@ fn what_the_seller_says_is_not_evidence() {
     // Without a seller every speaker's words count.
     let mut all = record.clone();
     assert_eq!(
-        verify_evidence(&mut all, transcript, None),
+        verify_part(&mut all, transcript, None),
         Quotes {
             given: 4,
             verbatim: 4,
@@ -681,7 +749,7 @@ fn a_near_quote_is_replaced_by_the_words_said() {
                  // Half from one line, half from the next: not said.
                  "evidence": ["fifty thousand dollars myself we need it running"]}
     });
-    let quotes = verify_evidence(&mut record, transcript, Some("Agent"));
+    let quotes = verify_part(&mut record, transcript, Some("Agent"));
     assert_eq!(
         quotes,
         Quotes {
@@ -711,7 +779,7 @@ fn a_near_quote_is_replaced_by_the_words_said() {
         "need": {"status": "identified", "summary": "", "confidence": 0.9,
                  "evidence": ["Who decides on all purchases?"]}
     });
-    verify_evidence(&mut record, transcript, Some("Agent"));
+    verify_part(&mut record, transcript, Some("Agent"));
     assert_eq!(record["need"]["status"], "partial");
 }
 
@@ -809,7 +877,7 @@ fn each_status_quotes_what_it_may() {
 
 #[test]
 fn a_summary_copied_from_a_worked_example_is_found_in_any_profile() {
-    let shown = profile(ProfileKind::NeatP).examples[0].answer["timeline"]["summary"]
+    let shown = profile(ProfileKind::NeatP).examples[0].answer.to_value()["timeline"]["summary"]
         .as_str()
         .expect("the first NEAT-P example has a timeline summary")
         .to_owned();
@@ -828,19 +896,19 @@ fn a_summary_copied_from_a_worked_example_is_found_in_any_profile() {
         "{} the new system will be rolled out to every branch in turn",
         words[..3].join(" ")
     );
-    let record = serde_json::json!({
-        // A BANT record carrying NEAT-P's words, in other case and punctuation.
-        "budget": {"status": "partial", "summary": shown.to_uppercase().replace(',', ";")},
-        "authority": {"status": "partial", "summary": framed},
-        "need": {"status": "identified", "summary": own},
-        "timeline": {"status": "identified", "summary": "Before April."},
-        "priority": {"status": "not_found", "summary": ""},
-    });
-    assert_eq!(
-        summarised_as_an_example(&record),
-        [true, true, false, false, false]
+    let field = |status: &str, summary: &str| serde_json::json!({"status": status, "summary": summary, "evidence": []});
+    let record = full_record(
+        ProfileKind::Bant,
+        &serde_json::json!({
+            // A BANT record carrying NEAT-P's words, in other case and punctuation.
+            "budget": field("partial", &shown.to_uppercase().replace(',', ";")),
+            "authority": field("partial", &framed),
+            "need": field("identified", &own),
+            "timeline": field("identified", "Before April."),
+        }),
     );
-    assert!(summarised_as_an_example(&Value::Null).is_empty());
+    assert_eq!(summarised_as_an_example(&record), ["budget", "authority"]);
+    assert!(summarised_as_an_example(&no_speech_record(ProfileKind::Intent)).is_empty());
 }
 
 #[test]
@@ -852,11 +920,26 @@ fn a_field_is_pushed_past_not_found_when_that_was_likeliest_but_not_sure() {
         vec![0.3, 0.3, 0.4],
         vec![0.5, 0.5],
     ];
+    let fields = [
+        "need",
+        "economic_impact",
+        "access_to_authority",
+        "timeline",
+        "priority",
+    ];
+    let record = no_speech_record(ProfileKind::NeatP);
     assert_eq!(
-        pushed_past_not_found(&odds),
-        [true, false, false, true, false]
+        pushed_past_not_found(&record, &status_odds(&fields, &odds)),
+        ["need", "timeline"]
     );
-    assert!(pushed_past_not_found(&[]).is_empty());
+    assert!(pushed_past_not_found(&record, &[]).is_empty());
+    // Odds are the field's they were taken at, whatever their order.
+    let mut reversed = fields;
+    reversed.reverse();
+    assert_eq!(
+        pushed_past_not_found(&record, &status_odds(&reversed, &odds)),
+        ["economic_impact", "priority"]
+    );
 }
 
 #[test]
@@ -869,24 +952,41 @@ fn a_status_is_as_sure_as_the_model_was() {
                      "evidence": ["next week"]},
         "need": {"status": "not_found", "summary": "", "confidence": 0.8, "evidence": []}
     });
-    verify_evidence(&mut record, transcript, None);
-    let odds = [
-        vec![0.7, 0.2, 0.1],
-        vec![0.5, 0.3, 0.2],
-        vec![0.004, 0.001, 0.995],
-    ];
-    let mut weighed = record.clone();
-    weigh_statuses(&mut weighed, &odds);
+    verify_part(&mut record, transcript, None);
+    let fields = ["budget", "timeline", "need"];
+    let odds = status_odds(
+        &fields,
+        &[
+            vec![0.7, 0.2, 0.1],
+            vec![0.5, 0.3, 0.2],
+            vec![0.004, 0.001, 0.995],
+        ],
+    );
+    let weigh = |part: &Value, odds: &[PointOdds]| {
+        let mut typed = full_record(ProfileKind::Bant, part);
+        weigh_statuses(&mut typed, odds);
+        let mut part = part.clone();
+        write_back(&typed, &mut part);
+        part
+    };
+    let weighed = weigh(&record, &odds);
     assert_eq!(weighed["budget"]["confidence"], 0.7);
     // Stepped down for want of evidence: as sure as the model was of partial.
     assert_eq!(weighed["timeline"]["status"], "partial");
     assert_eq!(weighed["timeline"]["confidence"], 0.3);
     assert_eq!(weighed["need"]["confidence"], 1.0);
-    // Odds that do not fit the record leave it as it is.
-    for unfit in [&odds[..2], &[vec![0.5, 0.5], vec![1.0], vec![1.0]][..]] {
-        let mut same = record.clone();
-        weigh_statuses(&mut same, unfit);
-        assert_eq!(same, record);
+    // Odds are found by the field they were taken at, not by their order.
+    let mut shuffled = odds.clone();
+    shuffled.reverse();
+    assert_eq!(weigh(&record, &shuffled), weighed);
+    // A field without odds of its statuses keeps its confidence.
+    let unfit = [
+        odds[..2].to_vec(),
+        status_odds(&fields, &[vec![0.5, 0.5], vec![1.0], vec![1.0]]),
+    ];
+    for unfit in unfit {
+        let same = weigh(&record, &unfit);
+        assert_eq!(same["need"], record["need"]);
     }
     // A record written without confidence (the model was not asked for it) gets the
     // odds', and 0 where there are none to weigh.
@@ -894,12 +994,61 @@ fn a_status_is_as_sure_as_the_model_was() {
     for field in unasked.as_object_mut().unwrap().values_mut() {
         field.as_object_mut().unwrap().remove("confidence");
     }
-    let mut weighed = unasked.clone();
-    weigh_statuses(&mut weighed, &odds);
+    let weighed = weigh(&unasked, &odds);
     assert_eq!(weighed["budget"]["confidence"], 0.7);
     assert_eq!(weighed["timeline"]["confidence"], 0.3);
-    weigh_statuses(&mut unasked, &odds[..2]);
-    for field in unasked.as_object().unwrap().values() {
+    let none = weigh(&unasked, &[]);
+    for field in none.as_object().unwrap().values() {
         assert_eq!(field["confidence"], 0.0);
     }
+}
+
+/// The schemas generated from the record types are the ones the analyses were measured with
+/// (`fixtures/schemas/`): the same JSON and the same grammar. A change of the types that
+/// changes a schema must be deliberate (and measured again): run this test with
+/// `CALLSTREAM_BLESS_SCHEMAS=1` to write the new ones.
+#[test]
+fn the_generated_schemas_are_the_measured_ones() {
+    let dir = callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("fixtures/schemas");
+    let bless = std::env::var_os("CALLSTREAM_BLESS_SCHEMAS").is_some();
+    for kind in ProfileKind::ALL {
+        let path = dir.join(format!("{}.json", kind.task()));
+        let generated = record::schema_of(kind);
+        if bless {
+            let text = serde_json::to_string_pretty(&generated).unwrap() + "\n";
+            std::fs::write(&path, text).unwrap();
+        }
+        let measured: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(generated, measured, "{kind:?}: {}", path.display());
+        // Equal maps may list their keys in other orders; the grammar has the model write
+        // them in the schema's order, so it must be the same too.
+        assert_eq!(
+            llama_cpp_2::json_schema_to_grammar(&generated.to_string()).unwrap(),
+            llama_cpp_2::json_schema_to_grammar(&measured.to_string()).unwrap(),
+            "{kind:?}"
+        );
+        assert_eq!(profile(kind).schema, generated);
+    }
+}
+
+/// A record that strays from its type is refused, and the error names the field.
+#[test]
+fn a_record_that_strays_from_its_type_is_refused_by_field() {
+    let err = Record::parse(
+        ProfileKind::Intent,
+        r#"{"intents":[{"intent":"billing_inquiry","confidence":"sure"}],"reasoning":""}"#,
+    )
+    .unwrap_err();
+    assert!(err.starts_with("intents[0].confidence:"), "{err}");
+    let err = Record::parse(ProfileKind::Bant, r#"{"budget":{}}"#).unwrap_err();
+    assert!(err.starts_with("budget"), "{err}");
+    let err = Record::parse(
+        ProfileKind::Intent,
+        r#"{"intents":[],"reasoning":"","extra":1}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains("extra"), "{err}");
+    // Trailing text is not part of a record.
+    assert!(Record::parse(ProfileKind::Intent, r#"{"intents":[],"reasoning":""} x"#).is_err());
 }
