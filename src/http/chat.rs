@@ -13,7 +13,9 @@
 //! "json_schema": {"name", "schema", "strict"?, "description"?}}` (the schema an object of at
 //! most 16 KiB; on the embedded model also within [`crate::llm::schema`]'s bounds).
 //! An assistant message's content may be empty or null; content may also be OpenAI-style
-//! text parts. Other fields are ignored.
+//! text parts. Other fields are ignored. The body is read into typed structs
+//! ([`crate::http::chat_request`]): a field of the wrong type is refused with its path in the
+//! message (`messages[1].role: unknown variant ...`) and its field's code.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -23,6 +25,9 @@ use callstream_actors::usage::{UsageKind, UsageSource};
 
 use crate::app::App;
 use crate::auth::Caller;
+use crate::http::chat_request::{
+    read, ChatCommon, ChatOptions, ChatRole, Content, ContentPart, ResponseFormatRequest, Stop,
+};
 use crate::http::errors::ApiError;
 use crate::llm::chat::{ChatTurn, ResponseFormat};
 use crate::llm::{FinishReason, Message, Role, Sampling, Usage};
@@ -100,18 +105,16 @@ pub struct CommonFields {
 
 /// Checks the parts REST and realtime share: messages, return_markdown, system_prompt, user.
 pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| invalid("invalid_json", "the body must be a JSON object"))?;
-    let messages = obj
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or_else(|| {
-            invalid(
-                "invalid_messages",
-                "messages must be an array of {role, content}",
-            )
-        })?;
+    if !body.is_object() {
+        return Err(invalid("invalid_json", "the body must be a JSON object"));
+    }
+    let wire: ChatCommon = read(body).map_err(|(code, message)| invalid(code, message))?;
+    let messages = wire.messages.ok_or_else(|| {
+        invalid(
+            "invalid_messages",
+            "messages must be an array of {role, content}",
+        )
+    })?;
     if messages.is_empty() {
         return Err(invalid("invalid_messages", "messages must not be empty"));
     }
@@ -122,25 +125,19 @@ pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
         ));
     }
     let mut out = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        let role = match m.get("role").and_then(Value::as_str) {
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
-            Some("system") => Role::System,
-            _ => {
-                return Err(invalid(
-                    "invalid_messages",
-                    format!("messages[{i}].role must be \"user\", \"assistant\" or \"system\""),
-                ))
-            }
+    for (i, m) in messages.into_iter().enumerate() {
+        let role = match m.role {
+            ChatRole::User => Role::User,
+            ChatRole::Assistant => Role::Assistant,
+            ChatRole::System => Role::System,
         };
         // A string, or OpenAI-style text parts. An assistant message may be empty (or null):
         // a turn that ended at the tool-loop cap answered "", and clients send history back.
-        let content = match m.get("content") {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(parts)) => text_parts(parts),
-            None | Some(Value::Null) if role == Role::Assistant => Some(String::new()),
-            _ => None,
+        let content = match m.content {
+            Some(Content::Text(s)) => Some(s),
+            Some(Content::Parts(parts)) => text_parts(parts),
+            None if role == Role::Assistant => Some(String::new()),
+            None => None,
         }
         .filter(|c| role == Role::Assistant || !c.trim().is_empty())
         .ok_or_else(|| {
@@ -153,9 +150,9 @@ pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
         })?;
         out.push(Message::new(role, content));
     }
-    let return_markdown = match obj.get("return_markdown") {
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
+    let return_markdown = match wire.return_markdown {
+        Some(Some(b)) => b,
+        Some(None) => {
             return Err(invalid(
                 "invalid_return_markdown",
                 "return_markdown must be a boolean",
@@ -168,72 +165,60 @@ pub fn parse_common(body: &Value) -> Result<CommonFields, Invalid> {
             ))
         }
     };
-    let system_prompt = match obj.get("system_prompt") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.len() <= 32_000 => Some(s.clone()),
-        Some(_) => {
-            return Err(invalid(
-                "invalid_system_prompt",
-                "system_prompt must be a string of at most 32000 bytes",
-            ))
-        }
-    };
-    let user = match obj.get("user") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.chars().count() <= 256 => Some(s.clone()),
-        Some(_) => {
-            return Err(invalid(
-                "invalid_user",
-                "user must be a string of at most 256 characters",
-            ))
-        }
-    };
+    if wire
+        .system_prompt
+        .as_ref()
+        .is_some_and(|s| s.len() > 32_000)
+    {
+        return Err(invalid(
+            "invalid_system_prompt",
+            "system_prompt must be a string of at most 32000 bytes",
+        ));
+    }
+    if wire.user.as_ref().is_some_and(|s| s.chars().count() > 256) {
+        return Err(invalid(
+            "invalid_user",
+            "user must be a string of at most 256 characters",
+        ));
+    }
     Ok(CommonFields {
         messages: out,
         return_markdown,
-        system_prompt,
-        user,
+        system_prompt: wire.system_prompt,
+        user: wire.user,
     })
 }
 
 /// The text of OpenAI-style content parts (`[{"type": "text", "text": "..."}]`), joined; `None`
 /// when a part is not text.
-fn text_parts(parts: &[Value]) -> Option<String> {
+fn text_parts(parts: Vec<ContentPart>) -> Option<String> {
     parts
-        .iter()
-        .map(|p| {
-            (p.get("type").and_then(Value::as_str) == Some("text"))
-                .then(|| p.get("text").and_then(Value::as_str))
-                .flatten()
-        })
-        .collect::<Option<Vec<&str>>>()
+        .into_iter()
+        .map(|p| (p.kind == "text").then_some(p.text).flatten())
+        .collect::<Option<Vec<String>>>()
         .map(|texts| texts.concat())
 }
 
-fn number(
-    obj: &serde_json::Map<String, Value>,
+/// `value` of `field` when it lies from `lo` (over `lo` when `lo_open`) up to `hi`.
+fn within(
     field: &'static str,
+    value: Option<f64>,
     lo: f64,
     hi: f64,
     lo_open: bool,
 ) -> Result<Option<f64>, Invalid> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => {
-            let x = v
-                .as_f64()
-                .ok_or_else(|| invalid("invalid_sampling", format!("{field} must be a number")))?;
-            let ok = if lo_open { x > lo } else { x >= lo } && x <= hi;
-            if !ok {
-                let open = if lo_open { "over" } else { "from" };
-                return Err(invalid(
-                    "invalid_sampling",
-                    format!("{field} must be {open} {lo} up to {hi}"),
-                ));
-            }
-            Ok(Some(x))
-        }
+    let Some(x) = value else {
+        return Ok(None);
+    };
+    let ok = if lo_open { x > lo } else { x >= lo } && x <= hi;
+    if !ok {
+        let open = if lo_open { "over" } else { "from" };
+        return Err(invalid(
+            "invalid_sampling",
+            format!("{field} must be {open} {lo} up to {hi}"),
+        ));
     }
+    Ok(Some(x))
 }
 
 /// Checks a REST request body.
@@ -244,46 +229,40 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
         system_prompt,
         user,
     } = parse_common(body)?;
-    let obj = body
-        .as_object()
-        .expect("parse_common checked it is an object");
+    let wire: ChatOptions = read(body).map_err(|(code, message)| invalid(code, message))?;
     let mut sampling = Sampling::default();
-    match obj.get("max_tokens") {
-        None | Some(Value::Null) => {}
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=u64::from(REALTIME_MAX_TOKENS)).contains(&n) => {
-                sampling.max_tokens = n as u32
-            }
-            _ => {
-                return Err(invalid(
-                    "invalid_sampling",
-                    "max_tokens must be an integer from 1 to 4096",
-                ))
-            }
-        },
+    match wire.max_tokens {
+        None => {}
+        Some(n) if (1..=REALTIME_MAX_TOKENS).contains(&n) => sampling.max_tokens = n,
+        Some(_) => {
+            return Err(invalid(
+                "invalid_sampling",
+                "max_tokens must be an integer from 1 to 4096",
+            ))
+        }
     }
-    if let Some(t) = number(obj, "temperature", 0.0, 2.0, false)? {
+    if let Some(t) = within("temperature", wire.temperature, 0.0, 2.0, false)? {
         sampling.temperature = t as f32;
     }
-    if let Some(p) = number(obj, "top_p", 0.0, 1.0, true)? {
+    if let Some(p) = within("top_p", wire.top_p, 0.0, 1.0, true)? {
         sampling.top_p = p as f32;
     }
-    if let Some(p) = number(obj, "frequency_penalty", -2.0, 2.0, false)? {
+    if let Some(p) = within(
+        "frequency_penalty",
+        wire.frequency_penalty,
+        -2.0,
+        2.0,
+        false,
+    )? {
         sampling.frequency_penalty = p as f32;
     }
-    if let Some(p) = number(obj, "presence_penalty", -2.0, 2.0, false)? {
+    if let Some(p) = within("presence_penalty", wire.presence_penalty, -2.0, 2.0, false)? {
         sampling.presence_penalty = p as f32;
     }
-    sampling.stop = match obj.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) if !s.is_empty() => vec![s.clone()],
-        Some(Value::Array(a))
-            if a.len() <= 4 && a.iter().all(|s| s.as_str().is_some_and(|s| !s.is_empty())) =>
-        {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        }
+    sampling.stop = match wire.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) if !s.is_empty() => vec![s],
+        Some(Stop::Many(all)) if all.len() <= 4 && all.iter().all(|s| !s.is_empty()) => all,
         Some(_) => {
             return Err(invalid(
                 "invalid_sampling",
@@ -291,34 +270,16 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
             ))
         }
     };
-    match obj.get("seed") {
-        None | Some(Value::Null) => {}
-        Some(v) => {
-            sampling.seed = Some(v.as_u64().ok_or_else(|| {
-                invalid("invalid_sampling", "seed must be a non-negative integer")
-            })?)
-        }
-    }
-    let stream = match obj.get("stream") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => None,
-        Some(Value::Bool(true)) => Some(
-            match obj
-                .get("stream_options")
-                .and_then(|o| o.get("include_usage"))
-            {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => {
-                    return Err(invalid(
-                        "invalid_stream",
-                        "stream_options.include_usage must be a boolean",
-                    ))
-                }
-            },
+    sampling.seed = wire.seed;
+    let stream = match wire.stream {
+        Some(true) => Some(
+            wire.stream_options
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
         ),
-        Some(_) => return Err(invalid("invalid_stream", "stream must be a boolean")),
+        None | Some(false) => None,
     };
-    let response_format = parse_response_format(obj.get("response_format"))?;
+    let response_format = parse_response_format(wire.response_format)?;
     Ok(ParsedTurn {
         stream,
         turn: ChatTurn {
@@ -336,72 +297,56 @@ pub fn parse_rest(body: &Value) -> Result<ParsedTurn, Invalid> {
 /// Checks `response_format`: plain text (`None`), any JSON object, or JSON valid against the
 /// client's schema. The schema is passed on as given; what an upstream server is sent is
 /// the client's own `response_format`, rebuilt from the fields checked here.
-fn parse_response_format(value: Option<&Value>) -> Result<Option<ResponseFormat>, Invalid> {
+fn parse_response_format(
+    format: Option<ResponseFormatRequest>,
+) -> Result<Option<ResponseFormat>, Invalid> {
     let bad = |message: &str| invalid("invalid_response_format", message);
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    let kind = value.get("type").and_then(Value::as_str);
-    match kind {
-        Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(ResponseFormat {
+    match format {
+        None | Some(ResponseFormatRequest::Text) => Ok(None),
+        Some(ResponseFormatRequest::JsonObject) => Ok(Some(ResponseFormat {
             schema: serde_json::json!({"type": "object"}),
             wire: serde_json::json!({"type": "json_object"}),
         })),
-        Some("json_schema") => {
-            let spec = value
-                .get("json_schema")
-                .and_then(Value::as_object)
-                .ok_or_else(|| bad("response_format.json_schema must be an object"))?;
-            let name = spec
-                .get("name")
-                .and_then(Value::as_str)
-                .filter(|n| {
-                    (1..=64).contains(&n.len())
-                        && n.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-                })
-                .ok_or_else(|| {
-                    bad("response_format.json_schema.name must be 1-64 letters, digits, _ or -")
-                })?;
-            let schema = spec
-                .get("schema")
-                .filter(|s| s.is_object())
-                .ok_or_else(|| bad("response_format.json_schema.schema must be a JSON object"))?;
-            if schema.to_string().len() > MAX_SCHEMA_BYTES {
+        Some(ResponseFormatRequest::JsonSchema { json_schema: spec }) => {
+            let name_ok = (1..=64).contains(&spec.name.len())
+                && spec
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !name_ok {
+                return Err(bad(
+                    "response_format.json_schema.name must be 1-64 letters, digits, _ or -",
+                ));
+            }
+            if !spec.schema.is_object() {
+                return Err(bad(
+                    "response_format.json_schema.schema must be a JSON object",
+                ));
+            }
+            if spec.schema.to_string().len() > MAX_SCHEMA_BYTES {
                 return Err(bad(&format!(
                     "response_format.json_schema.schema must be at most {MAX_SCHEMA_BYTES} bytes"
                 )));
             }
-            let mut wire = serde_json::Map::new();
-            wire.insert("name".into(), Value::from(name));
-            wire.insert("schema".into(), schema.clone());
-            match spec.get("strict") {
-                None | Some(Value::Null) => {}
-                Some(Value::Bool(b)) => {
-                    wire.insert("strict".into(), Value::Bool(*b));
-                }
-                Some(_) => return Err(bad("response_format.json_schema.strict must be a boolean")),
+            if spec.description.as_ref().is_some_and(|d| d.len() > 4096) {
+                return Err(bad(
+                    "response_format.json_schema.description must be a string of at most 4096 bytes",
+                ));
             }
-            match spec.get("description") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(d)) if d.len() <= 4096 => {
-                    wire.insert("description".into(), Value::from(d.as_str()));
-                }
-                Some(_) => {
-                    return Err(bad(
-                        "response_format.json_schema.description must be a string of at most 4096 bytes",
-                    ))
-                }
+            let mut wire = serde_json::Map::new();
+            wire.insert("name".into(), Value::from(spec.name));
+            wire.insert("schema".into(), spec.schema.clone());
+            if let Some(strict) = spec.strict {
+                wire.insert("strict".into(), Value::Bool(strict));
+            }
+            if let Some(description) = spec.description {
+                wire.insert("description".into(), Value::from(description));
             }
             Ok(Some(ResponseFormat {
-                schema: schema.clone(),
+                schema: spec.schema,
                 wire: serde_json::json!({"type": "json_schema", "json_schema": wire}),
             }))
         }
-        _ => Err(bad(
-            "response_format.type must be \"text\", \"json_object\" or \"json_schema\"",
-        )),
     }
 }
 
@@ -623,6 +568,53 @@ mod tests {
             err(json!({"messages": m, "return_markdown": true, "user": 5})),
             "invalid_user"
         );
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named_in_the_error() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        let message = |body: Value| parse_rest(&body).unwrap_err().message;
+        let bad_role = message(json!({"messages": [m[0], {"role": "bot", "content": "x"}],
+            "return_markdown": true}));
+        assert!(
+            bad_role.starts_with("messages[1].role: unknown variant `bot`"),
+            "{bad_role}"
+        );
+        let bad_usage = message(
+            json!({"messages": m, "return_markdown": true, "stream": true,
+            "stream_options": {"include_usage": "yes"}}),
+        );
+        assert!(
+            bad_usage.starts_with("stream_options.include_usage:"),
+            "{bad_usage}"
+        );
+        assert_eq!(
+            parse_rest(&json!({"messages": m, "return_markdown": true,
+                "stream_options": {"include_usage": 1}}))
+            .unwrap_err()
+            .code,
+            "invalid_stream"
+        );
+        let bad_seed = message(json!({"messages": m, "return_markdown": true, "seed": "7"}));
+        assert!(bad_seed.starts_with("seed:"), "{bad_seed}");
+        // `null` is not a boolean; an absent field is missing.
+        assert_eq!(
+            err(json!({"messages": m, "return_markdown": null})),
+            "invalid_return_markdown"
+        );
+        // Text parts are joined; a part of another kind is refused.
+        let parts = ok(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "return_markdown": true}));
+        assert_eq!(parts.turn.messages[0].content, "ab");
+        assert_eq!(
+            err(
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}],
+                "return_markdown": true})
+            ),
+            "invalid_messages"
+        );
+        // An array is not an object, even one that lists the fields in order.
+        assert_eq!(err(json!([m, true])), "invalid_json");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod account;
 pub mod callstream;
 pub mod chat;
+pub mod chat_request;
 pub mod chat_stream;
 pub mod errors;
 pub mod filters;

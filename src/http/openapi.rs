@@ -16,6 +16,10 @@ use crate::app::App;
 use crate::files::{FileTranscript, Segment};
 use crate::http::account::{Account, KeyInfo, OrgInfo, PlanInfo};
 use crate::http::chat::{AssistantMessage, Choice, Response as ChatResponse};
+use crate::http::chat_request::{
+    ChatMessage, ChatRole, Content, ContentPart, JsonSchemaSpec, ResponseFormatRequest, Stop,
+    StreamOptions,
+};
 use crate::http::errors::{ErrorBody, ErrorDetail};
 use crate::http::health::Status;
 use crate::http::languages::Languages;
@@ -56,7 +60,12 @@ use crate::usage::{PoolReport, PoolReportSeconds, UsageReport};
         ChatCompletionRequest,
         ChatMessage,
         ChatRole,
+        Content,
+        ContentPart,
+        Stop,
         StreamOptions,
+        ResponseFormatRequest,
+        JsonSchemaSpec,
         ChatResponse,
         Choice,
         AssistantMessage,
@@ -106,74 +115,46 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .map(move || warp::reply::with_header(body.clone(), "content-type", "application/json"))
 }
 
-/// The body of `POST /api/llm/chat/completions`, as `parse_rest` (src/http/chat.rs) reads it.
-/// Fields it does not know are ignored.
-#[derive(Serialize, ToSchema)]
+/// The body of `POST /api/llm/chat/completions`: the fields of [`ChatCommon`] and
+/// [`ChatOptions`], the structs `parse_rest` (src/http/chat.rs) reads, in one object (a test
+/// holds the two lists equal). Fields it does not know are ignored.
+#[derive(ToSchema)]
+#[allow(dead_code)]
 pub struct ChatCompletionRequest {
     /// 1 to 256 messages; content non-empty but for an assistant's.
-    pub messages: Vec<ChatMessage>,
+    messages: Vec<ChatMessage>,
     /// `true`: the answer as the model wrote it; `false`: Markdown turned into plain prose.
-    pub return_markdown: bool,
-    /// Layered after the organisation's system prompt.
-    pub system_prompt: Option<String>,
+    return_markdown: bool,
+    /// Layered after the organisation's system prompt (at most 32,000 bytes).
+    system_prompt: Option<String>,
     /// Opaque end-user id (at most 256 characters), recorded with the usage.
-    pub user: Option<String>,
+    user: Option<String>,
     /// 1 to 4096 (default 1024).
     #[schema(minimum = 1, maximum = 4096)]
-    pub max_tokens: Option<u32>,
+    max_tokens: Option<u32>,
     /// 0 to 2 (default 0.7; 0 is greedy).
     #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f64>,
+    temperature: Option<f64>,
     /// Over 0, up to 1 (default 1).
     #[schema(exclusive_minimum = 0, maximum = 1)]
-    pub top_p: Option<f64>,
+    top_p: Option<f64>,
     /// A non-empty string, or up to 4 of them.
-    #[schema(value_type = Option<Object>)]
-    pub stop: Option<serde_json::Value>,
+    stop: Option<Stop>,
     /// -2 to 2 (default 0).
     #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
     /// -2 to 2 (default 0).
     #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f64>,
+    presence_penalty: Option<f64>,
     /// Non-negative; random when absent.
-    pub seed: Option<u64>,
+    seed: Option<u64>,
     /// `true`: the answer as server-sent events (`text/event-stream`), OpenAI's chunk format.
-    pub stream: Option<bool>,
+    stream: Option<bool>,
     /// With `stream`: `include_usage` adds a last chunk with the token counts.
-    pub stream_options: Option<StreamOptions>,
+    stream_options: Option<StreamOptions>,
     /// `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema",
-    /// "json_schema": {"name", "schema", "strict"}}` (docs/api.md, Chat).
-    #[schema(value_type = Option<Object>)]
-    pub response_format: Option<serde_json::Value>,
-}
-
-/// One message of the conversation.
-#[derive(Serialize, ToSchema)]
-pub struct ChatMessage {
-    /// Who wrote it.
-    pub role: ChatRole,
-    /// Its text (or an array of text parts).
-    pub content: String,
-}
-
-/// The roles a client may send.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ChatRole {
-    /// Instructions.
-    System,
-    /// The end user.
-    User,
-    /// An earlier answer.
-    Assistant,
-}
-
-/// `stream_options`.
-#[derive(Serialize, ToSchema)]
-pub struct StreamOptions {
-    /// Add a last chunk with the usage.
-    pub include_usage: Option<bool>,
+    /// "json_schema": {"name", "schema", "strict", "description"}}` (docs/api.md, Chat).
+    response_format: Option<ResponseFormatRequest>,
 }
 
 /// The form of `POST /api/transcribe` (`multipart/form-data`).
@@ -288,16 +269,26 @@ mod tests {
             .as_object()
             .unwrap();
         let mut documented: Vec<&str> = props.keys().map(String::as_str).collect();
-        let mut read: Vec<&str> = crate::http::chat::SAMPLING_FIELDS.to_vec();
-        read.extend([
-            "messages",
-            "return_markdown",
-            "system_prompt",
-            "user",
-            "stream",
-            "stream_options",
-            "response_format",
-        ]);
+        // What the parser reads: the properties of the structs it reads the body into.
+        let fields = |schema: utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>| {
+            let schema = serde_json::to_value(schema).unwrap();
+            schema["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<String>>()
+        };
+        use crate::http::chat_request::{ChatCommon, ChatOptions};
+        let mut read = fields(<ChatCommon as utoipa::PartialSchema>::schema());
+        read.extend(fields(<ChatOptions as utoipa::PartialSchema>::schema()));
+        let mut read: Vec<&str> = read.iter().map(String::as_str).collect();
+        let mut sampling: Vec<&str> = crate::http::chat::SAMPLING_FIELDS.to_vec();
+        sampling.sort_unstable();
+        let mut in_options = fields(<ChatOptions as utoipa::PartialSchema>::schema());
+        in_options.retain(|f| crate::http::chat::SAMPLING_FIELDS.contains(&f.as_str()));
+        in_options.sort_unstable();
+        assert_eq!(in_options, sampling, "every sampling field is read");
         documented.sort_unstable();
         read.sort_unstable();
         assert_eq!(documented, read);
