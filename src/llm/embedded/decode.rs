@@ -2,13 +2,11 @@
 //! token by token (with drafted tokens checked in one evaluation when under a grammar), until
 //! a stop, the token limit or a cancellation.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
-use llama_cpp_2::token::LlamaToken;
 
 use super::*;
 use crate::llm::pointer::pointer_at_end;
@@ -130,7 +128,6 @@ pub(super) fn generate(
     let mut pending = Vec::new();
     let mut produced = 0usize;
     let mut finish = FinishReason::Length;
-    let mut pos = tokens.len() as i32;
     // The answer so far without its white space, and the odds taken in it, when odds are
     // asked for.
     let mut answer = String::new();
@@ -154,13 +151,11 @@ pub(super) fn generate(
     // Drafting: only greedy decoding under a grammar, whose every token is the model's own
     // best, checks a draft by picking as usual from each drafted token's logits.
     let drafting = draft_tokens > 0 && matches!(picker, Picker::GreedyGrammar(_));
-    // The prompt and the answer so far, where drafts are looked up.
-    let mut seen: Vec<LlamaToken> = if drafting { tokens.clone() } else { Vec::new() };
-    // Batch entry whose logits give the next token, and the drafted tokens evaluated after
-    // it (in the context at `pos` on), not yet confirmed.
-    let mut at = batch.n_tokens() - 1;
-    let mut drafted: VecDeque<LlamaToken> = VecDeque::new();
-    let (mut checked, mut confirmed, mut evaluations) = (0usize, 0usize, 0usize);
+    let mut steps = Steps::new(
+        &tokens,
+        batch.n_tokens() - 1,
+        if drafting { draft_tokens } else { 0 },
+    );
     while !stopped_in_lead && produced < max_new {
         if abandoned() {
             return Err(spent(
@@ -176,7 +171,7 @@ pub(super) fn generate(
         let mut instead = None;
         if let Some(wanted) = &generation.odds {
             if !wanted.after.is_empty() && answer.ends_with(&wanted.after) {
-                if let Some(weighed) = picker.weigh(ctx, at, &vocab, &wanted.words) {
+                if let Some(weighed) = picker.weigh(ctx, steps.at(), &vocab, &wanted.words) {
                     instead = wanted
                         .floor
                         .filter(|&(word, least)| weighed.odds.get(word).is_some_and(|p| *p < least))
@@ -194,7 +189,7 @@ pub(super) fn generate(
         }
         let token = match instead {
             Some(token) => picker.accept(token),
-            None => picker.pick(ctx, at),
+            None => picker.pick(ctx, steps.at()),
         };
         if vocab.is_eog(token) {
             finish = FinishReason::Stop;
@@ -209,58 +204,39 @@ pub(super) fn generate(
             finish = FinishReason::Stop;
             break;
         }
-        if drafting {
-            seen.push(token);
+        match steps.picked(token, max_new - produced) {
+            // Drafted and already evaluated: its logits come next.
+            Step::Confirmed => {}
+            Step::Evaluate { cut, from, tokens } => {
+                if let Some(cut) = cut {
+                    cache.truncate(ctx, cut)?;
+                }
+                batch.clear();
+                for (i, &t) in tokens.iter().enumerate() {
+                    batch
+                        .add(t, (from + i) as i32, &[0], true)
+                        .map_err(engine)?;
+                }
+                cache.decode(ctx, &mut batch, &tokens)?;
+            }
         }
-        // The draft's next token is this one: already evaluated, its logits come next.
-        if drafted.front() == Some(&token) {
-            drafted.pop_front();
-            confirmed += 1;
-            at += 1;
-            pos += 1;
-            continue;
-        }
-        if !drafted.is_empty() {
-            cache.truncate(ctx, pos as usize)?;
-            drafted.clear();
-        }
-        let ahead = if drafting {
-            draft(&seen, draft_tokens.min(max_new - produced))
-        } else {
-            Vec::new()
-        };
-        checked += ahead.len();
-        evaluations += 1;
-        batch.clear();
-        batch.add(token, pos, &[0], true).map_err(engine)?;
-        for (i, &t) in ahead.iter().enumerate() {
-            batch
-                .add(t, pos + 1 + i as i32, &[0], true)
-                .map_err(engine)?;
-        }
-        let mut added = vec![token];
-        added.extend_from_slice(&ahead);
-        cache.decode(ctx, &mut batch, &added)?;
-        pos += 1;
-        at = 0;
-        drafted = ahead.into();
     }
     // Drafted tokens past the answer's end are not part of what the context holds.
-    if !drafted.is_empty() {
-        cache.truncate(ctx, pos as usize)?;
+    if let Some(cut) = steps.finish() {
+        cache.truncate(ctx, cut)?;
     }
     if drafting {
         let counters = &cache.counters;
         counters
             .drafted
-            .fetch_add(checked as u64, Ordering::Relaxed);
+            .fetch_add(steps.checked as u64, Ordering::Relaxed);
         counters
             .confirmed
-            .fetch_add(confirmed as u64, Ordering::Relaxed);
+            .fetch_add(steps.confirmed as u64, Ordering::Relaxed);
         tracing::debug!(
-            drafted = checked,
-            confirmed,
-            evaluations,
+            drafted = steps.checked,
+            confirmed = steps.confirmed,
+            evaluations = steps.evaluations,
             "drafted tokens checked"
         );
     }
