@@ -309,7 +309,7 @@ fn wav_data(bytes: &[u8]) -> &[u8] {
 async fn an_upload_whose_client_leaves_stops_its_speech_work_and_bills_nothing() {
     // The intent analysis comes from a scripted provider: this test is about the speech work.
     let fake = FakeUpstream::start().await;
-    fake.set_default(Reply::Text(vec!["{}"], (10, 2)));
+    fake.set_default(Reply::Least((10, 2)));
     // One decode per utterance (no packing into shared windows), so the count of decodes
     // measures how far into the file the work got.
     let mut vars = fake.env();

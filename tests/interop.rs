@@ -142,7 +142,7 @@ async fn the_openai_sdk_streams_chat_and_every_streamed_turn_is_billed() {
 async fn python_requests_uploads_with_python_flags_and_chunked_bodies() {
     // The analyses come from a scripted provider: this test is about the form, not the model.
     let fake = FakeUpstream::start().await;
-    fake.set_default(Reply::Text(vec!["{}"], (10, 2)));
+    fake.set_default(Reply::Least((10, 2)));
     let mut vars = fake.env();
     vars.push(("CALLSTREAM_TRANSCRIBE__MAX_UPLOAD_MB", "1".into()));
     let env = Env::with(vars);

@@ -43,15 +43,7 @@ pub const REALTIME_TEMPERATURE: f32 = 0.2;
 /// Longest schema of a `response_format`, in bytes of compact JSON.
 pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 /// Sampling fields only the REST endpoint takes.
-pub const SAMPLING_FIELDS: [&str; 7] = [
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "frequency_penalty",
-    "presence_penalty",
-    "seed",
-];
+pub use crate::http::chat_request::SAMPLING_FIELDS;
 
 /// A request that failed its checks.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,17 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+/// Sampling fields only the REST endpoint takes.
+pub const SAMPLING_FIELDS: [&str; 7] = [
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+];
+
 /// The fields REST and realtime share.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatCommon {
@@ -177,7 +188,7 @@ pub fn code_of(field: &str) -> &'static str {
         "user" => "invalid_user",
         "stream" | "stream_options" => "invalid_stream",
         "response_format" => "invalid_response_format",
-        f if super::chat::SAMPLING_FIELDS.contains(&f) => "invalid_sampling",
+        f if SAMPLING_FIELDS.contains(&f) => "invalid_sampling",
         _ => "invalid_json",
     }
 }

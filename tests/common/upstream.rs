@@ -22,6 +22,35 @@ pub enum Reply {
     Status(u16, &'static str),
     /// No answer at all (for timeouts).
     Hang,
+    /// The least answer the request's `response_format` schema allows (each enum its last
+    /// value, each string empty, each array as short as allowed), as text, then the usage:
+    /// a provider that keeps to the schema and finds nothing.
+    Least((u64, u64)),
+}
+
+/// The least instance of `schema` (see [`Reply::Least`]).
+fn least(schema: &Value) -> Value {
+    if let Some(last) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.last()) {
+        return last.clone();
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => Value::Object(
+            schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|p| p.iter().map(|(k, v)| (k.clone(), least(v))).collect())
+                .unwrap_or_default(),
+        ),
+        Some("array") => {
+            let n = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            let item = schema.get("items").map(least).unwrap_or(Value::Null);
+            Value::Array(vec![item; n as usize])
+        }
+        Some("string") => json!(""),
+        Some("number" | "integer") => json!(0),
+        Some("boolean") => json!(false),
+        _ => Value::Null,
+    }
 }
 
 /// A request as received: the authorization header and the JSON body.
@@ -74,7 +103,7 @@ fn events(reply: &Reply, max_tokens: Option<u64>) -> Vec<String> {
             ));
             out.push(usage(*u));
         }
-        Reply::Status(..) | Reply::Hang => {}
+        Reply::Status(..) | Reply::Hang | Reply::Least(_) => {}
     }
     out.push("data: [DONE]\n\n".to_owned());
     out
@@ -98,6 +127,10 @@ impl FakeUpstream {
                 async move {
                     tokio::time::sleep(wait).await;
                     let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
+                    let schema = body
+                        .pointer("/response_format/json_schema/schema")
+                        .cloned()
+                        .unwrap_or(Value::Null);
                     seen.lock().push(Seen {
                         authorization,
                         body,
@@ -116,6 +149,13 @@ impl FakeUpstream {
                             warp::http::Response::new(warp::hyper::Body::empty())
                         }
                         reply => {
+                            let reply = match reply {
+                                Reply::Least(usage) => {
+                                    let text = least(&schema).to_string();
+                                    Reply::Text(vec![Box::leak(text.into_boxed_str())], usage)
+                                }
+                                other => other,
+                            };
                             let (mut tx, body) = warp::hyper::Body::channel();
                             tokio::spawn(async move {
                                 for e in events(&reply, max_tokens) {
