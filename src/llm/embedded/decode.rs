@@ -1,6 +1,7 @@
 //! One generation: the prompt read in chunks after the longest prefix already evaluated, then
 //! token by token (with drafted tokens checked in one evaluation when under a grammar), until
-//! a stop, the token limit or a cancellation.
+//! a stop, the token limit or a cancellation. What to evaluate at each step is decided by the
+//! state machine in `steps.rs`; this file applies it to the model.
 
 use std::sync::atomic::Ordering;
 
@@ -82,14 +83,13 @@ pub(super) fn generate(
         PROMPT_CHUNK
     };
     let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
-    for (chunk_index, chunk) in tokens[reused..].chunks(step).enumerate() {
-        let base = reused + chunk_index * step;
-        if chunk_index > 0 && abandoned() {
-            // Counted as evaluated when the prompt was prepared; the rest never was.
+    let mut prefill = Prefill::new(tokens.len(), reused, step);
+    while let Some(chunk) = prefill.next() {
+        if prefill.may_stop_before(&chunk) && abandoned() {
             cache
                 .counters
                 .evaluated
-                .fetch_sub((tokens.len() - base) as u64, Ordering::Relaxed);
+                .fetch_sub(prefill.unread(&chunk) as u64, Ordering::Relaxed);
             return Err(spent(
                 LlmError::Cancelled {
                     usage: Usage::default(),
@@ -99,13 +99,14 @@ pub(super) fn generate(
             ));
         }
         batch.clear();
-        for (i, &t) in chunk.iter().enumerate() {
-            let last = base + i == tokens.len() - 1;
+        let read = &tokens[chunk.from..chunk.to];
+        for (i, &t) in read.iter().enumerate() {
+            let last = chunk.last && chunk.from + i == chunk.to - 1;
             batch
-                .add(t, (base + i) as i32, &[0], last)
+                .add(t, (chunk.from + i) as i32, &[0], last)
                 .map_err(engine)?;
         }
-        cache.decode(ctx, &mut batch, chunk)?;
+        cache.decode(ctx, &mut batch, read)?;
     }
     tracing::debug!(
         prompt = prompt_len,
@@ -266,18 +267,4 @@ pub(super) fn generate(
         },
         finish,
     })
-}
-
-/// A cancellation carries what the prompt and the tokens produced so far cost.
-pub(super) fn spent(e: LlmError, prompt: usize, produced: usize) -> LlmError {
-    match e {
-        LlmError::Cancelled { .. } => LlmError::Cancelled {
-            usage: Usage {
-                prompt_tokens: prompt as u64,
-                completion_tokens: produced as u64,
-                total_tokens: (prompt + produced) as u64,
-            },
-        },
-        other => other,
-    }
 }

@@ -39,6 +39,7 @@ mod lead;
 mod picker;
 mod prefix_cache;
 mod prompt;
+mod steps;
 mod worker;
 
 pub use backend::cpu_backend;
@@ -48,7 +49,7 @@ pub use prefix_cache::PrefixCache;
 #[allow(unused_imports)]
 use self::{
     backend::*, decode::*, draft::*, gate::*, lead::*, picker::*, prefix_cache::*, prompt::*,
-    worker::*,
+    steps::*, worker::*,
 };
 
 const TOOL_OPEN: &str = "<tool_call>";
