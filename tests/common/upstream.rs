@@ -30,7 +30,11 @@ pub enum Reply {
 
 /// The least instance of `schema` (see [`Reply::Least`]).
 fn least(schema: &Value) -> Value {
-    if let Some(last) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.last()) {
+    if let Some(last) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.last())
+    {
         return last.clone();
     }
     match schema.get("type").and_then(Value::as_str) {
