@@ -40,6 +40,8 @@ pub struct App {
     pub sessions: Arc<crate::auth::sessions::Sessions>,
     /// What guards the dashboard's sign-in form.
     pub sign_in: Arc<crate::auth::sessions::SignIn>,
+    /// Trusted proxies, client addresses and their connections.
+    pub peers: Arc<crate::peer::Peers>,
     /// Whether the process is stopping, and the work it waits for before it exits.
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
@@ -144,8 +146,11 @@ impl AppBuilder {
             ChatSettings {
                 max_tool_iterations: config.llm.max_tool_iterations,
                 mcp_timeout: std::time::Duration::from_millis(config.llm.mcp_timeout_ms),
-                mcp_policy: crate::llm::mcp::McpPolicy::new(&config.llm.mcp_allow)
-                    .map_err(OpenError::Config)?,
+                mcp_policy: crate::llm::mcp::McpPolicy::new(
+                    &config.llm.mcp_allow,
+                    &config.llm.mcp_ports,
+                )
+                .map_err(OpenError::Config)?,
             },
         );
         let quotas =
@@ -157,6 +162,12 @@ impl AppBuilder {
             sign_in: Arc::new(crate::auth::sessions::SignIn::new(
                 &config.dashboard,
                 opened.shared.clone(),
+                opened.form_key,
+            )),
+            peers: Arc::new(crate::peer::Peers::new(
+                crate::netaddr::Network::parse_all(&config.server.trusted_proxies)
+                    .map_err(OpenError::Config)?,
+                config.server.max_connections_per_address,
             )),
             calls: Arc::new(crate::calls::Calls::new(
                 config.clone(),

@@ -1,8 +1,8 @@
 //! Live calls, the service side: connector authentication of the AudioHook upgrade request,
 //! the process-wide billing actor's lifecycle, the settings every call starts with, and the
 //! registry of calls in progress through which revocations and a shutdown reach them. The
-//! intent analysis behind the engine's port is [`crate::llm::profiles::LlmIntent`]; calls in
-//! progress for the dashboard are [`crate::live`].
+//! intent analysis behind the engine's port is [`crate::call_intent::CallIntent`], one per
+//! call; calls in progress for the dashboard are [`crate::live`].
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -20,9 +20,9 @@ use callstream_actors::call::{
 use callstream_actors::usage::Account;
 
 use crate::auth::rfc9421::{self, NonceCache, Policy, RequestParts, SignatureError};
+use crate::call_intent::CallIntent;
 use crate::config::Config;
 use crate::live::LiveCalls;
-use crate::llm::profiles::LlmIntent;
 use crate::llm::Provider;
 use crate::store::{Store, StoreError};
 use crate::usage::Quotas;
@@ -125,8 +125,9 @@ pub struct Calls {
     // A parking_lot Mutex: held to add, remove or list entries, never across an await.
     running: Mutex<HashMap<String, Running>>,
     watching: std::sync::Once,
-    /// The intent analysis.
-    pub classifier: Arc<dyn IntentClassifier>,
+    provider: Arc<dyn Provider>,
+    /// Turns of live intent analyses on the model (`calls.max_live_analyses`).
+    analysis_turns: Arc<tokio::sync::Semaphore>,
     /// Counters across calls.
     pub stats: Arc<LiveStats>,
     /// Calls in progress, for the dashboard.
@@ -143,6 +144,9 @@ impl Calls {
         quotas: Quotas,
         shared: Arc<dyn crate::store::SharedState>,
     ) -> Self {
+        let analysis_turns = Arc::new(tokio::sync::Semaphore::new(
+            config.calls.max_live_analyses.max(1),
+        ));
         Self {
             quotas: Arc::new(quotas),
             config,
@@ -153,9 +157,20 @@ impl Calls {
             billing: OnceCell::new(),
             running: Mutex::default(),
             watching: std::sync::Once::new(),
-            classifier: Arc::new(LlmIntent::new(provider)),
+            analysis_turns,
+            provider,
             stats: Arc::new(LiveStats::default()),
         }
+    }
+
+    /// The intent analysis of a call `account` pays for.
+    pub fn classifier(&self, account: &Account) -> Arc<dyn IntentClassifier> {
+        Arc::new(CallIntent::new(
+            self.provider.clone(),
+            self.quotas.clone(),
+            account.clone(),
+            self.analysis_turns.clone(),
+        ))
     }
 
     /// The settings a call starts with.
@@ -172,6 +187,7 @@ impl Calls {
             max_held_utterances: c.max_held_utterances,
             external_label: c.external_label.clone(),
             internal_label: c.internal_label.clone(),
+            analyze_interval: Duration::from_millis(c.analyze_interval_ms),
         }
     }
 

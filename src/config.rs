@@ -62,6 +62,20 @@ pub struct ServerConfig {
     /// A client must send a request's headers within this long (also how long an idle
     /// keep-alive connection is kept).
     pub header_read_timeout_ms: u64,
+    /// Open connections from one client address; past this, new ones from it are answered
+    /// 503 and closed. Trusted proxies are not counted this way.
+    pub max_connections_per_address: usize,
+    /// Reverse proxies (addresses or CIDR blocks) whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<String>,
+    /// A request body gets this long before its pace is judged.
+    pub body_grace_ms: u64,
+    /// After the grace, a body must arrive at this many bytes per second on average.
+    pub min_body_bytes_per_s: u64,
+    /// The longest a request body may take to arrive, whatever its pace.
+    pub body_timeout_ms: u64,
+    /// `GET /metrics` wants `Authorization: Bearer` this; empty: only loopback clients get
+    /// it, and without per-organisation figures.
+    pub metrics_token: String,
     /// How long a graceful stop waits for work in progress to finish and be billed.
     pub shutdown_timeout_ms: u64,
     /// On SIGTERM, how long live calls in progress may run on (new calls and sessions are
@@ -93,8 +107,12 @@ pub struct RealtimeConfig {
 pub struct DashboardConfig {
     /// Sign-in attempts per minute from one address.
     pub sign_in_per_minute_per_address: u32,
-    /// Sign-in attempts per minute for one account (email).
+    /// Sign-in attempts per minute for one account (email) from one client address.
     pub sign_in_per_minute_per_account: u32,
+    /// Sign-in pages served per minute to one client address.
+    pub login_page_per_minute_per_address: u32,
+    /// Live event feeds (`/dashboard/live/events`) open at once per dashboard session.
+    pub max_feeds_per_session: usize,
     /// Password hashes computed at once (each takes about 19 MiB and a core for a moment).
     pub password_workers: usize,
     /// Sign-ins waiting for a password worker; past this they are refused with 503.
@@ -222,6 +240,8 @@ pub struct LlmConfig {
     pub mcp_timeout_ms: u64,
     /// Non-public addresses (CIDR) and host names an MCP server may have anyway.
     pub mcp_allow: Vec<String>,
+    /// Ports an MCP server on a public address may have besides 80 and 443.
+    pub mcp_ports: Vec<u16>,
     /// The upstream API.
     pub upstream: UpstreamSettings,
 }
@@ -389,6 +409,12 @@ pub struct CallsConfig {
     pub idle_timeout_ms: u64,
     /// Utterances a channel holds while the speech workers' live queue is full.
     pub max_held_utterances: usize,
+    /// The least time between the starts of two intent analyses of one call (`analyze`
+    /// requests in between are coalesced into the next).
+    pub analyze_interval_ms: u64,
+    /// Live intent analyses waiting for or using the language model at once, across calls;
+    /// more wait their turn (coalescing their requests) rather than fill the model's queue.
+    pub max_live_analyses: usize,
     /// Frames read from a call's socket and not yet taken by its transcribers.
     pub inbound_frames: usize,
     /// Messages queued for a call's socket.
@@ -573,7 +599,10 @@ impl Config {
             || c.write_timeout_ms < 100
             || c.probe_timeout_ms < 100
             || self.server.max_connections == 0
+            || self.server.max_connections_per_address == 0
             || self.server.header_read_timeout_ms < 100
+            || self.server.body_grace_ms < 100
+            || self.server.body_timeout_ms < 100
         {
             return Err(invalid(
                 "limits must be positive: realtime.max_frame_bytes at least 1024, \
@@ -584,12 +613,17 @@ impl Config {
         let d = &self.dashboard;
         if d.sign_in_per_minute_per_address == 0
             || d.sign_in_per_minute_per_account == 0
+            || d.login_page_per_minute_per_address == 0
+            || d.max_feeds_per_session == 0
             || d.password_workers == 0
         {
             return Err(invalid(
-                "dashboard: sign-in rates and password_workers must be at least 1".into(),
+                "dashboard: sign-in rates, max_feeds_per_session and password_workers must be at least 1"
+                    .into(),
             ));
         }
+        crate::netaddr::Network::parse_all(&self.server.trusted_proxies)
+            .map_err(|e| invalid(format!("server.trusted_proxies: {e}")))?;
         if !(self.transcribe.max_duration_s.is_finite() && self.transcribe.max_duration_s >= 1.0) {
             return Err(invalid(
                 "transcribe.max_duration_s must be a number of seconds, at least 1".into(),

@@ -5,14 +5,16 @@
 //! reads the form and writes the JSON, the CLI only reads the file and prints.
 //!
 //! Order of work, cheapest refusal first: the language; what the container declares (format,
-//! sample rate, channels, duration against `transcribe.max_duration_s`); a reservation of the
-//! file's length against the payer's audio pool (its declared length, all of it, or when the
-//! container declares none, what is left up to the longest file accepted); then the file is
-//! decoded and transcribed as a stream, stopping as soon as it runs past what was reserved;
-//! then the analyses and the usage record, after which the reservation is given back. Nothing
-//! is billed unless all of it succeeds. A caller that goes away (the future is dropped) stops
-//! the work: no more audio is decoded and queued utterances are skipped. Memory for one file is
-//! bounded whatever its length (see `callstream_actors::asr::file`).
+//! sample rate, channels, a declared duration past `transcribe.max_duration_s`); for a payer,
+//! the file's real length, measured by decoding it to its end without keeping the audio (a
+//! header may declare one second of a ten-minute file: a declaration is a hint, never a
+//! licence), refused past `transcribe.max_duration_s`, and reserved whole against the payer's
+//! audio pool or refused (`quota_too_small`); then the file is decoded again and transcribed
+//! as a stream; then the analyses and the usage record, after which the reservation is given
+//! back. No speech work is done for a file that is then refused for its length or the quota.
+//! Nothing is billed unless all of it succeeds. A caller that goes away (the future is
+//! dropped) stops the work: no more audio is decoded and queued utterances are skipped. Memory
+//! for one file is bounded whatever its length (see `callstream_actors::asr::file`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -171,10 +173,10 @@ pub enum FileError {
         declared_secs: Option<f64>,
     },
     /// The payer's quota does not cover the file.
-    #[error("{}; {:.2} audio-minutes remain this month", file_minutes(*.declared_ms), *.left_ms as f64 / 60_000.0)]
+    #[error("{}; {:.2} audio-minutes remain this month", file_minutes(*.length_ms), *.left_ms as f64 / 60_000.0)]
     QuotaTooSmall {
-        /// The file's duration, when the container declares it.
-        declared_ms: Option<u64>,
+        /// The file's length, when it is known.
+        length_ms: Option<u64>,
         /// What is left of the quota.
         left_ms: u64,
     },
@@ -210,12 +212,12 @@ impl Drop for CancelOnDrop {
 }
 
 /// The error of a file the decoder refused. A file that ran past `reserved_ms` (when that is
-/// below the longest file accepted, `max_ms`) ran past the payer's quota.
+/// below the longest file accepted, `max_ms`) ran past what was reserved of the payer's quota.
 fn decode_error(e: DecodeError, max_ms: u64, reserved_ms: Option<u64>) -> FileError {
     match e {
         DecodeError::TooLong { declared_secs, .. } => match reserved_ms.filter(|r| *r < max_ms) {
             Some(left_ms) => FileError::QuotaTooSmall {
-                declared_ms: declared_secs.map(|d| (d * 1000.0).round() as u64),
+                length_ms: declared_secs.map(|d| (d * 1000.0).round() as u64),
                 left_ms,
             },
             None => FileError::TooLong {
@@ -225,6 +227,33 @@ fn decode_error(e: DecodeError, max_ms: u64, reserved_ms: Option<u64>) -> FileEr
         },
         DecodeError::Unsupported(m) => FileError::Unsupported(m),
         e => FileError::InvalidAudio(e.to_string()),
+    }
+}
+
+/// Reserves `length_ms` of the payer's audio pool, all of it or nothing.
+async fn reserve(payer: &Payer, length_ms: u64) -> Result<crate::usage::Reservation, FileError> {
+    let now = crate::clock::now_ms();
+    let reserved = payer
+        .auth
+        .reserve(&payer.caller, UsageKind::AudioMs, length_ms, length_ms, now)
+        .await;
+    match reserved {
+        Ok(r) => Ok(r),
+        Err(AuthError::QuotaExhausted(_)) => {
+            let left_ms = match payer
+                .auth
+                .allowance(&payer.caller, UsageKind::AudioMs, now)
+                .await?
+            {
+                Allowance::Remaining(left) => left,
+                Allowance::Unlimited => 0,
+            };
+            Err(FileError::QuotaTooSmall {
+                length_ms: Some(length_ms),
+                left_ms,
+            })
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -282,52 +311,31 @@ pub async fn transcribe(
             .await
             .map_err(|e| FileError::Internal(e.to_string()))?;
     let mut decoder = opened.map_err(|e| decode_error(e, max_ms, None))?;
-    let declared_ms = decoder
-        .info()
-        .declared_secs
-        .map(|d| (d * 1000.0).ceil() as u64);
+    // What the container declares is a hint, never a licence: a paid file is measured (decoded
+    // to its end without keeping the audio, a small fraction of the cost of transcribing it),
+    // and exactly that length is reserved before any speech work. A file past the longest
+    // accepted, or past the quota left, is refused before it costs anything.
     let reservation = match payer {
         Some(payer) => {
-            let now = crate::clock::now_ms();
-            let (want, min) = match declared_ms {
-                Some(ms) => (ms, ms),
-                None => (max_ms, 1),
+            let again = decoder.reopen();
+            let stop = cancel.0.clone();
+            let measured = tokio::task::spawn_blocking(move || again?.measure(&stop))
+                .await
+                .map_err(|e| FileError::Internal(e.to_string()))?
+                .map_err(|e| decode_error(e, max_ms, None))?;
+            let Some(secs) = measured else {
+                return Err(FileError::Internal("cancelled".into()));
             };
-            let reserved = payer
-                .auth
-                .reserve(&payer.caller, UsageKind::AudioMs, want, min, now)
-                .await;
-            match reserved {
-                Ok(r) => Some(r),
-                Err(AuthError::QuotaExhausted(_)) => {
-                    let left_ms = match payer
-                        .auth
-                        .allowance(&payer.caller, UsageKind::AudioMs, now)
-                        .await?
-                    {
-                        Allowance::Remaining(left) => left,
-                        Allowance::Unlimited => 0,
-                    };
-                    return Err(FileError::QuotaTooSmall {
-                        declared_ms,
-                        left_ms,
-                    });
-                }
-                Err(e) => return Err(e.into()),
+            let length_ms = (secs * 1000.0).round() as u64;
+            if length_ms == 0 {
+                return Err(FileError::InvalidAudio("the file holds no audio".into()));
             }
+            // The second pass decodes the same bytes the same way; this only makes sure.
+            decoder.limit_secs(secs);
+            Some((reserve(payer, length_ms).await?, length_ms))
         }
         None => None,
     };
-    // A file that does not declare its length stops past what could be reserved for it (one
-    // that does has its whole declared length reserved).
-    let reserved_ms = reservation
-        .as_ref()
-        .filter(|_| declared_ms.is_none())
-        .filter(|_| payer.is_some_and(|p| p.caller.plan.audio_minutes_per_month.is_some()))
-        .map(crate::usage::Reservation::amount);
-    if let Some(ms) = reserved_ms {
-        decoder.limit_secs(ms as f64 / 1000.0);
-    }
     let (pool, vad, packing, lang) = (
         engines.pool.clone(),
         engines.vad,
@@ -343,7 +351,9 @@ pub async fn transcribe(
     .map_err(|e| FileError::Internal(e.to_string()))?;
     let transcription = match done {
         Ok(t) => t,
-        Err(TranscribeError::Decode(e)) => return Err(decode_error(e, max_ms, reserved_ms)),
+        Err(TranscribeError::Decode(e)) => {
+            return Err(decode_error(e, max_ms, reservation.as_ref().map(|r| r.1)))
+        }
         Err(TranscribeError::Asr(e)) => return Err(FileError::Speech(e)),
         Err(TranscribeError::Cancelled) => return Err(FileError::Internal("cancelled".into())),
     };
@@ -384,6 +394,11 @@ pub async fn transcribe(
     let started_analysis = Instant::now();
     let (mut intent, mut bant, mut neat_p) = (None, None, None);
     if let Some(llm) = engines.llm.as_ref().filter(|_| needs_model) {
+        // The payer's prompts are reused only for the payer.
+        let llm = match payer {
+            Some(payer) => crate::llm::for_tenant(llm.clone(), &payer.caller.org.id),
+            None => llm.clone(),
+        };
         let labels: Vec<String> = segments.iter().map(|s| speaker_label(&s.speaker)).collect();
         let spoken = dialogue(
             segments
@@ -415,7 +430,7 @@ pub async fn transcribe(
         "file transcribed"
     );
 
-    if let (Some(payer), Some(reservation)) = (payer, reservation) {
+    if let (Some(payer), Some((reservation, _))) = (payer, reservation) {
         reservation
             .settle(
                 &payer.caller.account(),

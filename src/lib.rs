@@ -8,6 +8,8 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod body_pace;
+pub mod call_intent;
 pub mod callclient;
 pub mod calls;
 pub mod clock;
@@ -18,6 +20,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod live;
 pub mod llm;
+pub mod netaddr;
 pub mod peer;
 pub mod ratelimit;
 pub mod server;

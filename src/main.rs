@@ -103,6 +103,15 @@ enum OrgCommand {
         #[arg(long)]
         clear: bool,
     },
+    /// Set the non-public networks (CIDR, such as 10.1.2.0/24) and host names the
+    /// organisation's MCP server may have. Each counts only within llm.mcp_allow, the bound
+    /// for every organisation; none given: public addresses only.
+    SetMcpAllow {
+        /// Organisation id.
+        org: String,
+        /// Networks and host names.
+        allow: Vec<String>,
+    },
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -121,9 +130,11 @@ enum UserCommand {
         org: String,
         /// Sign-in email.
         email: String,
-        /// Password, at least 12 characters.
-        #[arg(long, env = "CALLSTREAM_USER_PASSWORD", hide_env_values = true)]
-        password: String,
+        /// Read the password (at least 12 characters) from the first line of standard
+        /// input. Without it, the password is taken from CALLSTREAM_USER_PASSWORD, or asked
+        /// for at the terminal; it is never an argument, which `ps` would show.
+        #[arg(long)]
+        password_stdin: bool,
     },
 }
 
@@ -221,6 +232,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             org,
             system_prompt: if clear { None } else { prompt },
         },
+        Command::Org(OrgCommand::SetMcpAllow { org, allow }) => {
+            AdminRequest::OrgSetMcpAllow { org, allow }
+        }
         Command::Org(OrgCommand::SetMcp {
             org,
             url,
@@ -253,11 +267,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::User(UserCommand::Create {
             org,
             email,
-            password,
+            password_stdin,
         }) => AdminRequest::UserCreate {
             org,
             email,
-            password,
+            password: cli::password::read(
+                password_stdin,
+                std::env::var("CALLSTREAM_USER_PASSWORD").ok(),
+            )?,
         },
         Command::Transcribe(args) => return cli::transcribe::run(&config, args, cli.json),
         Command::Call(_) => unreachable!("handled before the configuration is loaded"),

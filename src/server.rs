@@ -1,8 +1,10 @@
 //! Running the service: the HTTP listener and the admin socket, with graceful shutdown.
 //!
 //! The listener is bounded: at most `server.max_connections` client connections are open at
-//! once (a connection past that is answered 503 and closed at once), and a client must send
-//! each request's headers within `server.header_read_timeout_ms` (slow-header attacks).
+//! once, and at most `server.max_connections_per_address` from one address other than a
+//! trusted proxy (a connection past either is answered 503 and closed at once); a client must
+//! send each request's headers within `server.header_read_timeout_ms` (slow-header attacks),
+//! and its body at the pace of [`crate::body_pace`] (slow-body attacks: 408, then closed).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,6 +20,8 @@ use tokio::task::JoinHandle;
 
 use crate::admin::socket;
 use crate::app::App;
+use crate::body_pace::BodyPace;
+use crate::peer::{AddressPlace, Peers};
 
 /// A running server.
 pub struct Server {
@@ -68,7 +72,14 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
         message: e.to_string(),
     })?;
     let limits = Arc::new(Semaphore::new(app.config.server.max_connections));
+    let peers = app.peers.clone();
     let header_timeout = Duration::from_millis(app.config.server.header_read_timeout_ms);
+    let server_config = &app.config.server;
+    let pace = BodyPace {
+        grace: Duration::from_millis(server_config.body_grace_ms),
+        min_bytes_per_s: server_config.min_body_bytes_per_s,
+        deadline: Duration::from_millis(server_config.body_timeout_ms),
+    };
     let routes = crate::http::routes(app);
     let make_service = warp::hyper::service::make_service_fn(move |conn: &Conn| {
         let service = warp::service(routes.clone());
@@ -79,13 +90,21 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
                     if let Some(peer) = peer {
                         request.extensions_mut().insert(peer);
                     }
-                    warp::hyper::service::Service::call(&mut service.clone(), request)
+                    let tripped = crate::body_pace::pace(&mut request, pace);
+                    let answer = warp::hyper::service::Service::call(&mut service.clone(), request);
+                    async move {
+                        let response = answer.await?;
+                        if tripped.is_some_and(|t| t.load(std::sync::atomic::Ordering::Relaxed)) {
+                            return Ok(crate::body_pace::timed_out(pace));
+                        }
+                        Ok::<_, Infallible>(response)
+                    }
                 },
             ))
         }
     });
     let serving = warp::hyper::Server::builder(warp::hyper::server::accept::from_stream(incoming(
-        listener, limits,
+        listener, limits, peers,
     )))
     .http1_header_read_timeout(header_timeout)
     .serve(make_service)
@@ -109,10 +128,12 @@ pub async fn start(app: App, addr: SocketAddr) -> Result<Server, ServeError> {
     })
 }
 
-/// A client connection holding its place under `server.max_connections`.
+/// A client connection holding its place under `server.max_connections` and, unless it comes
+/// from a trusted proxy, under its address's cap.
 struct Conn {
     stream: TcpStream,
     _place: OwnedSemaphorePermit,
+    _address: Option<AddressPlace>,
 }
 
 impl AsyncRead for Conn {
@@ -143,49 +164,70 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// What a connection past the cap is told before it is closed.
-const FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
-Retry-After: 1\r\nConnection: close\r\nContent-Length: 94\r\n\r\n\
-{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the server has too many open connections\"}}";
+/// What a connection past a cap is told before it is closed.
+fn full(message: &str) -> Vec<u8> {
+    let body = serde_json::json!({
+        "error": { "code": "too_many_connections", "message": message }
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
+         Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
 
-/// Accepted connections, each with its place under the cap. Accept errors (out of file
+/// Accepted connections, each with its place under the caps. Accept errors (out of file
 /// descriptors, say) are logged and retried: they must not stop the server.
 fn incoming(
     listener: TcpListener,
     places: Arc<Semaphore>,
+    peers: Arc<Peers>,
 ) -> impl futures_util::Stream<Item = Result<Conn, Infallible>> {
-    futures_util::stream::unfold((listener, places), |(listener, places)| async move {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+    futures_util::stream::unfold(
+        (listener, places, peers),
+        |(listener, places, peers)| async move {
+            loop {
+                let (stream, addr) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let Ok(address) = peers.admit(addr.ip()) else {
+                    refuse(stream, "too many open connections from this address");
                     continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            match places.clone().try_acquire_owned() {
-                Ok(place) => {
-                    let conn = Conn {
-                        stream,
-                        _place: place,
-                    };
-                    return Some((Ok(conn), (listener, places)));
-                }
-                Err(_) => {
-                    tokio::spawn(async move {
-                        let mut stream = stream;
-                        let answer = async {
-                            stream.write_all(FULL).await?;
-                            stream.shutdown().await
+                };
+                match places.clone().try_acquire_owned() {
+                    Ok(place) => {
+                        let conn = Conn {
+                            stream,
+                            _place: place,
+                            _address: address,
                         };
-                        let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
-                    });
+                        return Some((Ok(conn), (listener, places, peers)));
+                    }
+                    Err(_) => refuse(stream, "the server has too many open connections"),
                 }
             }
-        }
-    })
+        },
+    )
+}
+
+/// Answers 503 on `stream` and closes it, in the background, within a second.
+fn refuse(stream: TcpStream, message: &'static str) {
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let answer = async {
+            stream.write_all(&full(message)).await?;
+            stream.shutdown().await
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+    });
 }
 
 impl Server {

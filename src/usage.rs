@@ -292,6 +292,21 @@ impl Quotas {
         }))
     }
 
+    /// [`Quotas::reserve_for`] on the organisation's own plan, read from the store.
+    pub async fn reserve_of(
+        &self,
+        org_id: &str,
+        kind: UsageKind,
+        want: u64,
+        min: u64,
+        at_ms: i64,
+    ) -> Result<Option<Reservation>, UsageError> {
+        let (_, plan) = self.plan_of(org_id).await?;
+        Ok(self
+            .reserve_for(org_id, &plan, kind, want, min, at_ms)
+            .await?)
+    }
+
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
         if amount > 0 {
             self.shared.release(org_id, kind, amount);

@@ -205,6 +205,148 @@ async fn parallel_files_and_calls_never_pass_the_audio_quota() {
     assert!(logs.iter().all(|l| l.close == Some(1000)), "{logs:?}");
 }
 
+/// `secs` seconds of a 300 Hz tone as a 16 kHz FLAC (written by sox), its STREAMINFO
+/// declaring one second.
+fn flac_declaring_one_second(env: &Env, secs: u32) -> Vec<u8> {
+    let path = env.dir.path().join(format!("tone-{secs}.flac"));
+    let made = std::process::Command::new("sox")
+        .args(["-n", "-r", "16000", "-c", "1", "-b", "16"])
+        .arg(&path)
+        .args(["synth", &secs.to_string(), "sine", "300"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut f = std::fs::read(&path).unwrap();
+    assert_eq!(&f[..4], b"fLaC");
+    // STREAMINFO's 36-bit total sample count: the low nibble of byte 21 and bytes 22-25.
+    f[21] &= 0xF0;
+    f[22..26].copy_from_slice(&16_000u32.to_be_bytes());
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_declares_less_than_it_holds_is_billed_for_what_it_holds() {
+    let env = Env::new(&[("CALLSTREAM_PLANS__FREE__AUDIO_MINUTES_PER_MONTH", "1")]);
+    let server = env.serve();
+    let (org, _, secret) = env.org_with_key("Liar");
+    let upload = |bytes| common::upload(server.url("/api/transcribe"), &secret, "x.flac", bytes);
+
+    // Ninety seconds declared as one, against a minute: refused before any speech work.
+    let (status, body) = upload(flac_declaring_one_second(&env, 90)).await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["error"]["code"], "quota_exhausted", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the file is 1.50 audio-minutes"),
+        "{body}"
+    );
+    assert_eq!(env.audio_used(&org), 0.0);
+
+    // Thirty seconds declared as one: transcribed and billed for the thirty.
+    let (status, body) = upload(flac_declaring_one_second(&env, 30)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["duration"], 30.0, "{body}");
+    assert_eq!(env.audio_used(&org), 30.0);
+
+    // Two more such files: the first fits the thirty seconds left, the second does not.
+    let (first, _) = upload(flac_declaring_one_second(&env, 30)).await;
+    let (second, body) = upload(flac_declaring_one_second(&env, 30)).await;
+    assert_eq!((first, second), (200, 402), "{body}");
+    assert_eq!(env.audio_used(&org), 60.0);
+}
+
+/// Tokens used by `org` this month.
+fn tokens_used(env: &Env, org: &str) -> u64 {
+    env.cli_json(&["usage", org])["chat_tokens"]["used"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_work_that_fails_after_it_ran_is_billed_for_what_it_used() {
+    let fake = FakeUpstream::start().await;
+    let env = Env::with(fake.env());
+    let server = env.serve();
+    let client = reqwest::Client::new();
+    let url = server.url("/api/llm/chat/completions");
+    let ask = json!({"messages": [{"role": "user", "content": "Where is my order 1?"}], "return_markdown": true});
+
+    // A tool loop whose second model call fails: the first call's tokens are billed.
+    let (mcp_url, orders) = common::mcp::start().await;
+    let (org, _, key) = env.org_with_key("ToolLoop");
+    common::mcp::attach(&env, &org, &mcp_url);
+    fake.push(Reply::ToolCall(
+        "get_order_status",
+        json!({"order_id": "1"}),
+        (30, 8),
+    ));
+    fake.push(Reply::Status(500, "{\"error\": {\"message\": \"boom\"}}"));
+    let (status, body) = common::post(&client, &url, &key, &ask).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(orders.calls.load(Ordering::SeqCst) >= 1);
+    assert_eq!(tokens_used(&env, &org), 38);
+
+    // Text streamed, then the provider's stream breaks: the streamed text is billed.
+    let (org, _, key) = env.org_with_key("Streamed");
+    fake.push(Reply::Cut(vec![
+        "Your order ",
+        "left the ",
+        "warehouse ",
+        "on Monday",
+    ]));
+    let mut streaming = ask.clone();
+    streaming["stream"] = json!(true);
+    let resp = client
+        .post(&url)
+        .header("x-api-key", &key)
+        .json(&streaming)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = resp.text().await.unwrap();
+    assert!(events.contains("warehouse"), "{events}");
+    assert!(events.contains("\"error\""), "{events}");
+    let streamed = tokens_used(&env, &org);
+    assert!(
+        streamed >= 4,
+        "{streamed} tokens billed for 4 pieces streamed"
+    );
+
+    // The same on a whole (not streamed) answer: nothing reaches the client, but the model
+    // ran and is billed as far as it got.
+    let (org, _, key) = env.org_with_key("Whole");
+    fake.push(Reply::Cut(vec!["Your order ", "left the "]));
+    let (status, body) = common::post(&client, &url, &key, &ask).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(tokens_used(&env, &org) >= 2);
+
+    // A client that hangs up before the answer: what was generated is billed.
+    let (org, _, key) = env.org_with_key("HungUp");
+    fake.set_delay(Duration::from_millis(1500));
+    let hung_up = tokio::time::timeout(
+        Duration::from_millis(500),
+        client
+            .post(&url)
+            .header("x-api-key", &key)
+            .json(&ask)
+            .send(),
+    )
+    .await;
+    assert!(hung_up.is_err(), "answered before the client left");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokens_used(&env, &org) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned turn was never billed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fake.set_delay(Duration::ZERO);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoking_the_connector_or_deleting_the_organisation_ends_its_calls() {
     let env = Env::new(&[]);

@@ -145,14 +145,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
         .as_str()
         .unwrap()
         .to_owned();
-    env.cli_json(&[
-        "user",
-        "create",
-        &org,
-        "Admin@Acme.test",
-        "--password",
-        PASSWORD,
-    ]);
+    env.create_user(&org, "Admin@Acme.test", PASSWORD);
     let other = env.cli_json(&["org", "create", "Other"])["id"]
         .as_str()
         .unwrap()
@@ -311,6 +304,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
 
     // System prompt and MCP server, with a connection test that lists the tools.
     let (mcp_url, _orders) = common::mcp::start().await;
+    common::mcp::allow_loopback(&env, &org);
     c.goto(&format!("{base}/settings")).await.unwrap();
     fill(&c, "#system_prompt", "You are Acme's support assistant.").await;
     click(&c, "form[action='/dashboard/settings/prompt'] button").await;

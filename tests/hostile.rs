@@ -493,13 +493,17 @@ async fn sign_in_cannot_be_replayed_or_flooded() {
     .await;
     assert_eq!(replay.status(), 401);
     assert!(replay.text().await.unwrap().contains("expired"));
-    // Five attempts a minute per account (one is spent): the sixth is refused without a
-    // password check, even with the right password.
+    // Five attempts a minute per account from this address (one is spent), and after three
+    // wrong passwords each attempt waits longer: none of the next four gets a password check
+    // past those limits, and the sixth is refused even with the right password.
+    let mut statuses = Vec::new();
     for _ in 0..4 {
         let token = sign_in_form(&client, &server).await;
         let r = sign_in(&client, &server, &token, "admin@example.com", "wrong").await;
-        assert_eq!(r.status(), 401);
+        statuses.push(r.status().as_u16());
     }
+    assert_eq!(statuses[..2], [401, 401], "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
     let token = sign_in_form(&client, &server).await;
     let r = sign_in(
         &client,
@@ -533,7 +537,12 @@ async fn sign_in_cannot_be_replayed_or_flooded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_stay_out_of_logs_and_the_data_directory_is_private() {
-    let env = Env::new(&[]);
+    // The chat's model is a scripted upstream; the MCP server at 127.0.0.1:9 is refused.
+    let fake = FakeUpstream::start().await;
+    fake.set_default(Reply::Text(vec!["ok"], (5, 1)));
+    let mut vars = fake.env();
+    vars.push(("CALLSTREAM_LLM__MCP_ALLOW", "[]".into()));
+    let env = Env::with(vars);
     let log = env.dir.path().join("server.log");
     let mut server = env.serve_logged(&log);
     let org = env.cli_json(&["org", "create", "Secrets"])["id"]
@@ -541,14 +550,7 @@ async fn secrets_stay_out_of_logs_and_the_data_directory_is_private() {
         .unwrap()
         .to_owned();
     // Through the admin socket, while the server holds the database.
-    env.cli_json(&[
-        "user",
-        "create",
-        &org,
-        "a@example.com",
-        "--password",
-        "hunter2-but-much-longer",
-    ]);
+    env.create_user(&org, "a@example.com", "hunter2-but-much-longer");
     env.cli_json(&[
         "org",
         "set-mcp",
@@ -558,11 +560,46 @@ async fn secrets_stay_out_of_logs_and_the_data_directory_is_private() {
         "--header",
         "Authorization=Bearer tok-very-secret-4321",
     ]);
+    // Credentials in the MCP URL itself.
+    env.cli_json(&[
+        "org",
+        "set-mcp",
+        &org,
+        "--url",
+        "https://bob:pw-in-url-8765@127.0.0.1:9/mcp?token=tok-in-url-5678",
+    ]);
+    let (_, key) = env.key(&org);
+    let (status, _) = common::post(
+        &reqwest::Client::new(),
+        &server.url("/api/llm/chat/completions"),
+        &key,
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // No transcript text at info level.
+    let speech = std::fs::read(fixture("fixtures/formats/pcm16-mono-16k.wav")).unwrap();
+    let (status, body) = upload(&server, &key, "speech.wav", speech).await;
+    assert_eq!(status, 200, "{body}");
+    let said = body["text"].as_str().unwrap().to_lowercase();
+    assert!(said.contains("charged"), "{said}");
     healthy(&mut server).await;
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("admin request"), "{text}");
-    for secret in ["hunter2-but-much-longer", "tok-very-secret-4321"] {
-        assert!(!text.contains(secret), "the log shows {secret}");
+    assert!(text.contains("token=REDACTED"), "{text}");
+    for secret in [
+        "hunter2-but-much-longer",
+        "tok-very-secret-4321",
+        "pw-in-url-8765",
+        "tok-in-url-5678",
+        // E-mail addresses are logged at debug level only.
+        "a@example.com",
+        "charged",
+    ] {
+        assert!(
+            !text.to_lowercase().contains(secret),
+            "the log shows {secret}"
+        );
     }
     use std::os::unix::fs::PermissionsExt;
     let mut dirs = vec![env.data_dir()];
@@ -631,4 +668,236 @@ async fn mcp_servers_on_the_services_own_network_are_refused() {
         "the service connected to loopback"
     );
     healthy(&mut server).await;
+}
+
+/// A raw connection that has sent a form post's headers and the first byte of its body.
+async fn slow_body(server: &Server) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    s.write_all(
+        b"POST /dashboard/login HTTP/1.1\r\nHost: x\r\n\
+          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nc",
+    )
+    .await
+    .unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_and_one_address_cannot_take_every_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = Env::new(&[
+        ("CALLSTREAM_SERVER__MAX_CONNECTIONS", "60"),
+        ("CALLSTREAM_SERVER__MAX_CONNECTIONS_PER_ADDRESS", "40"),
+        ("CALLSTREAM_SERVER__BODY_GRACE_MS", "2000"),
+        ("CALLSTREAM_SERVER__MIN_BODY_BYTES_PER_S", "200"),
+    ]);
+    let mut server = env.serve();
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        held.push(slow_body(&server).await);
+    }
+    // The address's 41st to 50th connections are told 503 and closed at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut refused = 0;
+    let mut kept = Vec::new();
+    for mut s in held {
+        let mut buf = [0u8; 512];
+        match tokio::time::timeout(Duration::from_millis(1), s.read(&mut buf)).await {
+            Ok(Ok(n)) => {
+                let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+                assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+                assert!(answer.contains("from this address"), "{answer}");
+                refused += 1;
+            }
+            Ok(Err(e)) => panic!("{e}"),
+            Err(_) => kept.push(s),
+        }
+    }
+    assert_eq!((kept.len(), refused), (40, 10));
+    // Another address is served meanwhile.
+    let other = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let resp = other.get(server.url("/healthz")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    // Trickling a byte every 500 ms, each held connection is answered 408 and closed soon
+    // after the grace.
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    while !kept.is_empty() && started.elapsed() < Duration::from_secs(30) {
+        let mut open = Vec::new();
+        for mut s in kept {
+            let mut buf = [0u8; 1024];
+            match tokio::time::timeout(Duration::from_millis(5), s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => answers.push(String::new()),
+                Ok(Ok(n)) => {
+                    let mut answer = buf[..n].to_vec();
+                    let rest =
+                        tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut answer));
+                    let _ = rest.await;
+                    answers.push(String::from_utf8_lossy(&answer).into_owned());
+                }
+                Err(_) => {
+                    let _ = s.write_all(b"c").await;
+                    open.push(s);
+                }
+            }
+        }
+        kept = open;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(kept.is_empty(), "{} slow bodies still held", kept.len());
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.starts_with("HTTP/1.1 408") && a.contains("request_timeout")),
+        "{answers:?}"
+    );
+    // The address has its places back.
+    healthy(&mut server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_page_flood_cannot_evict_live_call_nonces() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let env = Env::new(&[]);
+    let mut server = env.serve();
+    let org = env.org_on_plan("Nonces", "team");
+    let (client_id, secret) = env.connector(&org);
+    let headers =
+        common::audiohook::signed_headers(&server, &client_id, &secret, common::audiohook::now());
+    let request = || common::audiohook::request(&server, &headers);
+    let id = session_id(&request());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request()).await.unwrap();
+    ws.send(message(&id, 1, "open", open(false))).await.unwrap();
+    let opened: Value = match ws.next().await.unwrap().unwrap() {
+        Message::Text(t) => serde_json::from_str(&t).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(opened["type"], "opened");
+    drop(ws);
+    // More sign-in pages than the in-process tables hold, from many connections.
+    let started = Instant::now();
+    let statuses = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let flood = (0..16).map(|_| {
+        let url = server.url("/dashboard/login");
+        let statuses = statuses.clone();
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            for _ in 0..6_300 {
+                let status = client.get(&url).send().await.unwrap().status().as_u16();
+                *statuses.lock().unwrap().entry(status).or_insert(0) += 1;
+            }
+        })
+    });
+    for task in futures_util::future::join_all(flood).await {
+        task.unwrap();
+    }
+    let statuses = statuses.lock().unwrap().clone();
+    // The page is rate-limited per address: a burst of 60, then one a second.
+    let allowed = 61 + started.elapsed().as_secs();
+    assert!(
+        statuses.get(&200).is_some_and(|n| *n <= allowed),
+        "{statuses:?} in {:?}",
+        started.elapsed()
+    );
+    assert!(statuses.contains_key(&429), "{statuses:?}");
+    // The captured upgrade, replayed, is still refused.
+    let (mut ws, _) = tokio_tungstenite::connect_async(request()).await.unwrap();
+    match ws.next().await {
+        Some(Ok(Message::Close(Some(frame)))) => {
+            assert_eq!(frame.code, CloseCode::from(4401))
+        }
+        other => panic!("the replay was not refused: {other:?}"),
+    }
+    healthy(&mut server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_configured_token() {
+    let env = Env::new(&[("CALLSTREAM_SERVER__METRICS_TOKEN", "scrape-token-1")]);
+    let server = env.serve();
+    let client = reqwest::Client::new();
+    let url = server.url("/metrics");
+    let bare = client.get(&url).send().await.unwrap();
+    assert_eq!(bare.status(), 401);
+    let body: Value = bare.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized");
+    let wrong = client
+        .get(&url)
+        .bearer_auth("scrape-token-2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let scraped = client
+        .get(&url)
+        .bearer_auth("scrape-token-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scraped.status(), 200);
+    assert!(scraped
+        .text()
+        .await
+        .unwrap()
+        .contains("callstream_calls_active"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_allow_list_opens_an_address_to_one_organisation_only() {
+    // Something listening on loopback, counting who connects.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/mcp",
+        listener.local_addr().unwrap().port()
+    );
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((_s, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let fake = FakeUpstream::start().await;
+    // The operator's bound opens loopback (the tests' default llm.mcp_allow).
+    let env = Env::with(fake.env());
+    let server = env.serve();
+    let chat = |key: String| {
+        let url = server.url("/api/llm/chat/completions");
+        async move {
+            common::post(
+                &reqwest::Client::new(),
+                &url,
+                &key,
+                &json!({"messages": [{"role": "user", "content": "hi"}], "return_markdown": true}),
+            )
+            .await
+        }
+    };
+    // Without a list of its own, an organisation gets public addresses only; with a list
+    // outside the bound, no more.
+    for allow in [None, Some("10.0.0.0/8")] {
+        let (org, _, key) = env.org_with_key("Other");
+        env.cli_json(&["org", "set-mcp", &org, "--url", &url]);
+        if let Some(allow) = allow {
+            env.cli_json(&["org", "set-mcp-allow", &org, allow]);
+        }
+        let (status, body) = chat(key).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(connections.load(Ordering::SeqCst), 0, "{allow:?}");
+    }
+    // The organisation the operator opened it for reaches it.
+    let (org, _, key) = env.org_with_key("Opened");
+    env.cli_json(&["org", "set-mcp", &org, "--url", &url]);
+    let view = env.cli_json(&["org", "set-mcp-allow", &org, "127.0.0.0/8"]);
+    assert_eq!(view["mcp_allow"], json!(["127.0.0.0/8"]), "{view}");
+    let (status, body) = chat(key).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(connections.load(Ordering::SeqCst) > 0);
+    // A list that does not read is refused.
+    let bad = env.cli(&["org", "set-mcp-allow", &org, "10.0.0.0/99"]);
+    assert!(!bad.status.success());
 }

@@ -76,7 +76,7 @@ async fn analyses_on_the_embedded_model() {
     let warm_ups = callstream::llm::profiles::warm_ups(Confidence::of(llm.as_ref()));
     let count = warm_ups.len() as u64;
     for messages in warm_ups {
-        llm.warm(messages);
+        llm.warm(messages, None);
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while llm.prompt_stats().warmed < count {
@@ -90,6 +90,7 @@ async fn analyses_on_the_embedded_model() {
     the_model_tells_how_sure_it_is_of_each_status(&llm).await;
     evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_transcript(&llm).await;
     a_warm_up_yields_to_a_request(&llm).await;
+    one_organisations_prompt_is_never_reused_for_another(&llm).await;
     a_transcript_longer_than_the_window_is_analysed_without_its_middle(&llm).await;
     // Last: the model is stopped for good.
     a_stopped_model_gives_up_its_work_and_ends(&llm).await;
@@ -154,10 +155,13 @@ async fn start_a_long_warm_up(
 ) -> callstream::llm::embedded::PromptStats {
     use callstream::llm::{Message, Role};
     let before = llm.prompt_stats();
-    llm.warm(vec![
-        Message::new(Role::System, "You are a warm-up."),
-        Message::new(Role::User, phrase.repeat(600)),
-    ]);
+    llm.warm(
+        vec![
+            Message::new(Role::System, "You are a warm-up."),
+            Message::new(Role::User, phrase.repeat(600)),
+        ],
+        None,
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while llm.prompt_stats().evaluated == before.evaluated {
         assert!(
@@ -167,6 +171,47 @@ async fn start_a_long_warm_up(
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     before
+}
+
+/// The same long prompt for organisation A twice, then for B: A's second request reuses its
+/// first, B's evaluates every token again (the time to its first token cannot tell B what A's
+/// prompt held); A's context, set aside for B, is still A's to reuse after.
+async fn one_organisations_prompt_is_never_reused_for_another(llm: &EmbeddedLlm) {
+    use callstream::llm::{Generation, Message, Role, Sampling};
+    let secret_prompt =
+        "Our retention offer this quarter is code MAPLE-42 for 30% off. ".repeat(40);
+    let ask = |tenant: &str| Generation {
+        messages: vec![
+            Message::new(Role::System, secret_prompt.clone()),
+            Message::new(Role::User, "Say yes."),
+        ],
+        tools: Vec::new(),
+        sampling: Sampling {
+            max_tokens: 1,
+            temperature: 0.0,
+            ..Default::default()
+        },
+        json_schema: None,
+        response_format: None,
+        tenant: Some(tenant.to_owned()),
+        odds: None,
+    };
+    let mut reused = Vec::new();
+    for tenant in ["org_a", "org_a", "org_b", "org_a"] {
+        let before = llm.prompt_stats();
+        let done = llm.generate(ask(tenant), None).await.unwrap();
+        let after = llm.prompt_stats();
+        let prompt = done.usage.prompt_tokens;
+        assert!(prompt > 400, "{prompt} prompt tokens");
+        reused.push((after.reused - before.reused, prompt));
+    }
+    println!("reused of each request's prompt (A, A, B, A): {reused:?}");
+    // A's second request finds all but the last token or so.
+    assert!(reused[1].0 + 8 >= reused[1].1, "{reused:?}");
+    // B's finds nothing of A's.
+    assert_eq!(reused[2].0, 0, "{reused:?}");
+    // A's is still there for A.
+    assert!(reused[3].0 + 8 >= reused[3].1, "{reused:?}");
 }
 
 /// A short request: at most four tokens in answer to "Say yes.".
@@ -188,6 +233,7 @@ async fn say_yes(
             },
             json_schema: None,
             response_format: None,
+            tenant: None,
             odds: None,
         },
         None,
@@ -211,6 +257,7 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
                 },
                 json_schema: Some(serde_json::json!({"type": "object"})),
                 response_format: None,
+                tenant: None,
                 odds: None,
             },
             None,
@@ -397,6 +444,7 @@ async fn the_model_tells_how_sure_it_is_of_each_status(llm: &EmbeddedLlm) {
         },
         json_schema: Some(schema.clone()),
         response_format: None,
+        tenant: None,
         odds: Some(Odds {
             after: "\"status\":\"".into(),
             words: statuses.iter().map(|s| s.to_string()).collect(),
@@ -533,6 +581,7 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
         },
         json_schema: None,
         response_format: None,
+        tenant: None,
         odds: None,
     };
     llm.generate(chat, None).await.unwrap();

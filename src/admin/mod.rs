@@ -48,6 +48,14 @@ pub enum AdminRequest {
         /// The server; `None` clears it.
         mcp: Option<crate::store::McpIntegration>,
     },
+    /// Set the non-public networks and host names an organisation's MCP server may have
+    /// (within `llm.mcp_allow`).
+    OrgSetMcpAllow {
+        /// Organisation id.
+        org: String,
+        /// CIDR networks, addresses or host names; empty: public addresses only.
+        allow: Vec<String>,
+    },
     /// Create an API key; the response holds its secret, once.
     KeyCreate {
         /// Organisation id.
@@ -129,6 +137,11 @@ impl std::fmt::Debug for AdminRequest {
                 .field("org", org)
                 .field("mcp", mcp)
                 .finish(),
+            R::OrgSetMcpAllow { org, allow } => f
+                .debug_struct("OrgSetMcpAllow")
+                .field("org", org)
+                .field("allow", allow)
+                .finish(),
             R::KeyCreate { org, name } => f
                 .debug_struct("KeyCreate")
                 .field("org", org)
@@ -150,10 +163,10 @@ impl std::fmt::Debug for AdminRequest {
                 .debug_struct("ConnectorRevoke")
                 .field("client_id", client_id)
                 .finish(),
-            R::UserCreate { org, email, .. } => f
+            // E-mail addresses are personal data: they are logged at debug level only.
+            R::UserCreate { org, .. } => f
                 .debug_struct("UserCreate")
                 .field("org", org)
-                .field("email", email)
                 .finish_non_exhaustive(),
             R::Usage { org } => f.debug_struct("Usage").field("org", org).finish(),
             R::Server => f.write_str("Server"),
@@ -178,6 +191,9 @@ pub struct OrgView {
     pub has_system_prompt: bool,
     /// MCP server URL, if any (its headers are never shown).
     pub mcp_url: Option<String>,
+    /// Non-public networks and host names its MCP server may have (within `llm.mcp_allow`).
+    #[serde(default)]
+    pub mcp_allow: Vec<String>,
 }
 
 /// An API key as shown to administrators: never the secret.
@@ -320,6 +336,7 @@ fn org_view(o: &Org) -> OrgView {
         created_at: clock::rfc3339(o.created_at_ms),
         has_system_prompt: o.system_prompt.as_deref().is_some_and(|p| !p.is_empty()),
         mcp_url: o.mcp.as_ref().map(|m| m.url.clone()),
+        mcp_allow: o.mcp_allow.clone(),
     }
 }
 
@@ -397,6 +414,7 @@ impl Admin {
                     name,
                     system_prompt: None,
                     mcp: None,
+                    mcp_allow: Vec::new(),
                     plan,
                     deleted: false,
                     created_at_ms: now,
@@ -434,6 +452,17 @@ impl Admin {
                     }
                 }
                 org.mcp = mcp;
+                self.store.update_org(&org).await?;
+                self.shared.announce_change().await;
+                Ok(AdminResponse::Org(org_view(&org)))
+            }
+            AdminRequest::OrgSetMcpAllow { org, allow } => {
+                let mut org = self.org(&org, true).await?;
+                for entry in &allow {
+                    crate::llm::mcp::McpPolicy::new(std::slice::from_ref(entry), &[])
+                        .map_err(AdminError::Invalid)?;
+                }
+                org.mcp_allow = allow.iter().map(|a| a.trim().to_owned()).collect();
                 self.store.update_org(&org).await?;
                 self.shared.announce_change().await;
                 Ok(AdminResponse::Org(org_view(&org)))

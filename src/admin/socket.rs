@@ -61,6 +61,9 @@ pub async fn serve(listener: UnixListener, admin: Admin) {
                 Ok(_) => match serde_json::from_str::<AdminRequest>(&line) {
                     Ok(request) => {
                         tracing::info!(?request, "admin request");
+                        if let AdminRequest::UserCreate { email, .. } = &request {
+                            tracing::debug!(%email, "admin request for a user");
+                        }
                         admin.execute(request).await
                     }
                     Err(e) => Err(AdminError::Invalid(format!("malformed admin request: {e}"))),

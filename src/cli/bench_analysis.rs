@@ -383,6 +383,7 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
         json_schema: None,
         response_format: None,
         odds: None,
+        tenant: None,
     };
     provider.generate(generation, None).await?;
     Ok(())

@@ -41,7 +41,8 @@ const LOGIN_COOKIE: &str = "cs_login";
 /// Largest form body.
 const MAX_FORM: u64 = 64 * 1024;
 
-/// What a request brings: its cookies and whether it came over TLS.
+/// What a request brings: its cookies, whether cookies are set `Secure`, and the client's
+/// address.
 #[derive(Debug, Clone)]
 struct Ctx {
     session_id: Option<String>,
@@ -51,30 +52,18 @@ struct Ctx {
 }
 
 fn ctx(app: App) -> impl Filter<Extract = (Ctx,), Error = Rejection> + Clone {
+    // Cookies are `Secure` when the service is published over https, whatever a request's
+    // headers say (a client can write `X-Forwarded-Proto` as well as a proxy can).
+    let secure = app.config.server.public_url.starts_with("https://");
     warp::cookie::optional::<String>(SESSION_COOKIE)
         .and(warp::cookie::optional::<String>(LOGIN_COOKIE))
-        .and(warp::header::optional::<String>("x-forwarded-proto"))
-        .and(warp::header::optional::<String>("host"))
-        .and(crate::peer::client_addr())
+        .and(app.peers.client_addr())
         .map(
-            move |session_id,
-                  login_token,
-                  proto: Option<String>,
-                  host: Option<String>,
-                  address: String| {
-                // Over TLS when the proxy says so, or when the browser asked for the public
-                // https host (a local trial on 127.0.0.1 over plain HTTP is not).
-                let public = app.config.server.public_url.as_str();
-                let public_tls = public.strip_prefix("https://").is_some_and(|h| {
-                    host.as_deref()
-                        .is_some_and(|host| host.eq_ignore_ascii_case(h.trim_end_matches('/')))
-                });
-                Ctx {
-                    address,
-                    session_id,
-                    login_token,
-                    secure: proto.as_deref() == Some("https") || public_tls,
-                }
+            move |session_id, login_token, address: std::net::IpAddr| Ctx {
+                address: address.to_string(),
+                session_id,
+                login_token,
+                secure,
             },
         )
 }
@@ -180,7 +169,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(warp::get())
         .and(with_app.clone())
         .and(ctx(app.clone()))
-        .then(|app: App, ctx: Ctx| async move { login_form(&app, &ctx, None).await });
+        .then(|app: App, ctx: Ctx| async move { login_page(&app, &ctx).await });
     let login = base
         .and(warp::path("login"))
         .and(warp::path::end())
@@ -247,7 +236,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .and(ctx(app))
         .then(|app: App, ctx: Ctx| async move {
             match signed_in(&app, &ctx).await {
-                Ok(s) => live_feed(&app, s).await,
+                Ok(s) => live_feed(&app, &ctx, s).await,
                 Err(_) => Response::builder()
                     .status(StatusCode::UNAUTHORIZED)
                     .body(Body::empty())
@@ -281,10 +270,35 @@ fn sign_in_unavailable() -> Response<Body> {
     )
 }
 
+/// The sign-in page, at most `dashboard.login_page_per_minute_per_address` a minute to one
+/// address.
+async fn login_page(app: &App, ctx: &Ctx) -> Response<Body> {
+    match app.sign_in.page(&ctx.address).await {
+        Ok(()) => login_form(app, ctx, None).await,
+        Err(SignInRefused::TooMany(wait)) => {
+            let mut r = html(
+                StatusCode::TOO_MANY_REQUESTS,
+                pages::message(
+                    "Too many requests",
+                    "This address asked for the sign-in page too often. Wait a minute and try again.",
+                ),
+            );
+            r.headers_mut().insert("retry-after", retry_after(wait));
+            r
+        }
+        Err(_) => sign_in_unavailable(),
+    }
+}
+
+fn retry_after(wait: std::time::Duration) -> warp::http::HeaderValue {
+    (wait.as_secs() + 1)
+        .to_string()
+        .parse()
+        .expect("digits are a valid header")
+}
+
 async fn login_form(app: &App, ctx: &Ctx, error: Option<&str>) -> Response<Body> {
-    let Some(t) = app.sign_in.issue().await else {
-        return sign_in_unavailable();
-    };
+    let t = app.sign_in.issue();
     let mut r = html(
         if error.is_some() {
             StatusCode::UNAUTHORIZED
@@ -336,13 +350,7 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
             )
             .await;
             *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-            r.headers_mut().insert(
-                "retry-after",
-                (wait.as_secs() + 1)
-                    .to_string()
-                    .parse()
-                    .expect("digits are a valid header"),
-            );
+            r.headers_mut().insert("retry-after", retry_after(wait));
             return r;
         }
     }
@@ -371,9 +379,12 @@ async fn login(app: App, ctx: Ctx, form: Form) -> Response<Body> {
     };
     let (Some(user), true) = (user, live_org) else {
         tracing::info!("dashboard sign-in refused");
+        app.sign_in.failed(&ctx.address, &email).await;
         return login_form(&app, &ctx, Some("Wrong email or password.")).await;
     };
-    tracing::info!(email = %user.email, org = %user.org_id, "dashboard sign-in");
+    app.sign_in.succeeded(&ctx.address, &email).await;
+    tracing::info!(org = %user.org_id, "dashboard sign-in");
+    tracing::debug!(email = %user.email, org = %user.org_id, "dashboard sign-in of");
     let Some((id, _)) = app.sessions.start(user.email, user.org_id).await else {
         return sign_in_unavailable();
     };
@@ -587,13 +598,13 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
                 .await
                 .ok()
                 .flatten()
-                .and_then(|o| o.mcp);
+                .and_then(|o| o.mcp.clone().map(|m| (m, o.mcp_allow)));
             Ok(Notice::McpTest(match stored {
                 None => Err("No MCP server is set.".to_owned()),
-                Some(integration) => {
+                Some((integration, allow)) => {
                     let timeout = Duration::from_millis(app.config.llm.mcp_timeout_ms);
-                    let policy = &app.chat.settings().mcp_policy;
-                    match crate::llm::mcp::McpSession::connect(&integration, timeout, policy).await
+                    let policy = app.chat.settings().mcp_policy.for_org(&allow);
+                    match crate::llm::mcp::McpSession::connect(&integration, timeout, &policy).await
                     {
                         Ok(session) => {
                             let tools = session
@@ -652,8 +663,23 @@ fn mcp_of(form: &Form) -> Result<Option<McpIntegration>, String> {
     }))
 }
 
-/// Server-sent events of the organisation's calls: a snapshot, then every change.
-async fn live_feed(app: &App, s: Session) -> Response<Body> {
+/// Server-sent events of the organisation's calls: a snapshot, then every change. A session
+/// holds at most `dashboard.max_feeds_per_session` feeds at once (429 past that).
+async fn live_feed(app: &App, ctx: &Ctx, s: Session) -> Response<Body> {
+    let session_id = ctx.session_id.as_deref().unwrap_or_default();
+    let max = app.config.dashboard.max_feeds_per_session;
+    let Some(place) = app
+        .slots
+        .try_acquire(&format!("feeds:session:{session_id}"), max)
+    else {
+        return Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header("retry-after", "5")
+            .body(Body::from(format!(
+                "this session already has {max} live feeds open"
+            )))
+            .expect("static response");
+    };
     let snapshot =
         serde_json::json!({"type": "snapshot", "calls": app.calls.live.of_org(&s.org_id).await});
     let feed = tokio_stream_of(app.calls.live.subscribe(), s.org_id);
@@ -669,7 +695,11 @@ async fn live_feed(app: &App, s: Session) -> Response<Body> {
     // wait on an open page.
     let stream = first
         .chain(futures_util::stream::select(feed, keepalive))
-        .take_until(app.lifecycle.stopped());
+        .take_until(app.lifecycle.stopped())
+        // The feed's place is given back when the stream is dropped (the page went away).
+        .inspect(move |_| {
+            let _ = &place;
+        });
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-store")

@@ -1,9 +1,11 @@
 //! `WSS /api/callstream/ws`: live calls from Genesys Cloud over AudioHook v2.
 //!
 //! The upgrade request is authenticated here (connector client id in `X-API-Key`, RFC 9421
-//! signature keyed by its client secret); any failure closes the socket as
-//! [`SocketClose::CallRefused`] before a protocol message. An authenticated socket gets a [`CallSupervisor`] that runs the protocol
-//! and the call's actors. This module only moves frames: the socket's reader hands each frame
+//! signature keyed by its client secret); a refused key or signature closes the socket as
+//! [`SocketClose::CallRefused`] before a protocol message, and a store that cannot check the
+//! signature's nonce is answered `503` before the upgrade (a possible replay is never let
+//! through). An authenticated socket gets a [`CallSupervisor`] that runs the protocol and the
+//! call's actors. This module only moves frames: the socket's reader hands each frame
 //! to the supervisor with a credit from a bounded pool (so a call that cannot keep up stops
 //! being read, and TCP pushes back on the client), and its writer sends what the supervisor
 //! queues. If the supervisor dies without closing the socket, the writer closes it as
@@ -27,6 +29,8 @@ use callstream_actors::usage::Account;
 use crate::app::App;
 use crate::auth::rfc9421::RequestParts;
 use crate::auth::slots::Slot;
+use crate::auth::AuthError;
+use crate::calls::HandshakeError;
 use crate::http::errors::{close_frame, is_too_big, ApiError, SocketClose};
 
 /// The close frame for `why`.
@@ -66,7 +70,16 @@ async fn handshake(
             Ok(slots) => Ok((account, slots)),
             Err(refused) => return refused.to_response(),
         },
-        Err(()) => Err(()),
+        // The nonces could not be checked (the store is down, or full of nonces that have
+        // not expired): refused before the upgrade, never accepted as a possible replay.
+        Err(HandshakeError::Store(e)) => {
+            tracing::warn!(error = %e, "AudioHook handshake refused: nonces unavailable");
+            return ApiError::Auth(AuthError::Store(e)).to_response();
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "AudioHook handshake refused");
+            Err(())
+        }
     };
     let session_header = headers
         .get("audiohook-session-id")
@@ -114,7 +127,7 @@ async fn authenticate(
     path: &str,
     query: &str,
     headers: &HeaderMap,
-) -> Result<Account, ()> {
+) -> Result<Account, HandshakeError> {
     let pairs: Vec<(String, String)> = headers
         .iter()
         .map(|(k, v)| {
@@ -142,9 +155,6 @@ async fn authenticate(
     app.calls
         .authenticate(&request, crate::clock::now_ms() / 1000)
         .await
-        .map_err(|e| {
-            tracing::info!(error = %e, "AudioHook handshake refused");
-        })
 }
 
 async fn refuse(socket: WebSocket) {
@@ -175,7 +185,7 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         outbound: out_tx,
         pool: app.asr.clone(),
         billing: billing_actor.clone(),
-        classifier: app.calls.classifier.clone(),
+        classifier: app.calls.classifier(&account),
         settings: app.calls.settings(&app.languages),
         stats: app.calls.stats.clone(),
         observer: Some(app.calls.live.clone()),

@@ -29,7 +29,7 @@ use crate::http::chat_request::{
     read, ChatCommon, ChatOptions, ChatRole, Content, ContentPart, ResponseFormatRequest, Stop,
 };
 use crate::http::errors::ApiError;
-use crate::llm::chat::{ChatTurn, ResponseFormat};
+use crate::llm::chat::{ChatOutcome, ChatTurn, ResponseFormat};
 use crate::llm::{FinishReason, Message, Role, Sampling, Usage};
 
 /// Largest request body.
@@ -405,6 +405,44 @@ pub async fn reserve_turn(
     Ok(reservation)
 }
 
+/// Runs `turn` for `caller` and bills it, on a task of its own: a client that hangs up (this
+/// future is dropped) stops the model at its next token, and what was generated until then is
+/// billed, as is what a turn that fails spent before it did.
+async fn run_billed(
+    app: &App,
+    caller: Caller,
+    turn: ChatTurn,
+    user: Option<String>,
+    reservation: crate::usage::Reservation,
+) -> Result<ChatOutcome, ApiError> {
+    // Nobody reads the pieces, but while this future lives their receiver does.
+    let (pieces, mut receiver) = tokio::sync::mpsc::channel::<String>(64);
+    let (end_tx, end_rx) = tokio::sync::oneshot::channel();
+    let runner = app.clone();
+    tokio::spawn(async move {
+        // The process waits for this turn to be billed before it exits.
+        let _work = runner.lifecycle.work();
+        let result = runner.chat.run(&caller.org, turn, Some(pieces)).await;
+        let billed = match &result {
+            Ok(outcome) => outcome.billed.total_tokens,
+            Err(failed) => failed.spent.total_tokens,
+        };
+        let settled = reservation
+            .settle(&caller.account(), billed, UsageSource::Chat, user)
+            .await;
+        let end = match (result, settled) {
+            (Ok(outcome), Ok(())) => Ok(outcome),
+            (Ok(_), Err(e)) => Err(ApiError::Billing(e.to_string())),
+            (Err(failed), _) => Err(ApiError::Llm(failed.error)),
+        };
+        let _ = end_tx.send(end);
+    });
+    while receiver.recv().await.is_some() {}
+    end_rx
+        .await
+        .unwrap_or_else(|_| Err(ApiError::Internal("the chat turn ended unanswered".into())))
+}
+
 /// `POST /api/llm/chat/completions`.
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
     warp::path!("api" / "llm" / "chat" / "completions")
@@ -456,16 +494,7 @@ async fn complete(
         )
         .await;
     }
-    let outcome = app.chat.run(&caller.org, turn, None).await?;
-    reservation
-        .settle(
-            &caller.account(),
-            outcome.billed.total_tokens,
-            UsageSource::Chat,
-            parsed.user,
-        )
-        .await
-        .map_err(|e| ApiError::Billing(e.to_string()))?;
+    let outcome = run_billed(&app, caller, turn, parsed.user, reservation).await?;
     let content = if return_markdown {
         outcome.text
     } else {

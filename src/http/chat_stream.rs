@@ -26,7 +26,6 @@ use crate::auth::Caller;
 use crate::http::errors::ApiError;
 use crate::llm::chat::{ChatOutcome, ChatTurn};
 use crate::llm::markdown::PlainStream;
-use crate::llm::LlmError;
 use crate::usage::Reservation;
 
 /// One server-sent event.
@@ -60,10 +59,11 @@ pub async fn stream(
         // The process waits for this turn to be billed before it exits.
         let _work = runner.lifecycle.work();
         let result = runner.chat.run(&caller.org, turn, Some(delta_tx)).await;
+        // A turn that failed is billed for what it spent before (text already streamed,
+        // earlier model calls of its tool loop, what a client that left had generated).
         let billed = match &result {
             Ok(outcome) => outcome.billed.total_tokens,
-            Err(LlmError::Cancelled { usage }) => usage.total_tokens,
-            Err(_) => 0,
+            Err(failed) => failed.spent.total_tokens,
         };
         let settled = reservation
             .settle(&caller.account(), billed, UsageSource::Chat, user)
@@ -71,7 +71,7 @@ pub async fn stream(
         let end = match (result, settled) {
             (Ok(outcome), Ok(())) => Ok(outcome),
             (Ok(_), Err(e)) => Err(ApiError::Billing(e.to_string())),
-            (Err(e), _) => Err(ApiError::Llm(e)),
+            (Err(failed), _) => Err(ApiError::Llm(failed.error)),
         };
         // A client that left does not read it.
         let _ = end_tx.send(end);

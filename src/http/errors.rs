@@ -323,7 +323,8 @@ fn server_error_text(code: &str) -> &'static str {
     }
 }
 
-fn json_error(status: StatusCode, code: &'static str, message: String) -> Response {
+/// A JSON error body with `status`.
+pub fn json_error(status: StatusCode, code: &'static str, message: String) -> Response {
     let body = ErrorBody {
         error: ErrorDetail { code, message },
     };

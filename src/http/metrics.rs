@@ -1,19 +1,55 @@
 //! `GET /metrics`: counters of the speech workers and live calls in the Prometheus text
-//! format, no authentication (bind the service to a private address or filter the path at the
-//! proxy if that matters).
+//! format. With `server.metrics_token` set, a scraper sends `Authorization: Bearer <token>`;
+//! without it, only a client on this machine (a loopback peer, not what `X-Forwarded-For`
+//! says) is answered. Others get `401`. Nothing here is per organisation; a per-organisation
+//! series would be served only to a scraper with the token.
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
+use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
 use crate::app::App;
+use crate::http::errors::json_error;
+use crate::peer::PeerAddr;
 
 /// `GET /metrics`.
 pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> + Clone {
-    warp::path!("metrics").and(warp::get()).map(move || {
-        warp::reply::with_header(render(&app), "content-type", "text/plain; version=0.0.4")
-    })
+    warp::path!("metrics")
+        .and(warp::get())
+        .and(warp::ext::optional::<PeerAddr>())
+        .and(warp::header::optional::<String>("authorization"))
+        .map(move |peer: Option<PeerAddr>, authorization: Option<String>| {
+            let token = app.config.server.metrics_token.as_str();
+            if !allowed(token, peer, authorization.as_deref()) {
+                let why = if token.is_empty() {
+                    "metrics are served to this machine only (set server.metrics_token to scrape from elsewhere)"
+                } else {
+                    "metrics need Authorization: Bearer with server.metrics_token"
+                };
+                return json_error(StatusCode::UNAUTHORIZED, "unauthorized", why.to_owned());
+            }
+            warp::reply::with_header(render(&app), "content-type", "text/plain; version=0.0.4")
+                .into_response()
+        })
+}
+
+/// Whether a scrape from `peer` with `authorization` is answered under `token`.
+fn allowed(token: &str, peer: Option<PeerAddr>, authorization: Option<&str>) -> bool {
+    if token.is_empty() {
+        return peer.is_some_and(|PeerAddr(p)| crate::netaddr::canonical(p.ip()).is_loopback());
+    }
+    let given = authorization
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .trim();
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |d, (a, b)| d | (a ^ b))
+            == 0
 }
 
 fn render(app: &App) -> String {
@@ -87,4 +123,31 @@ fn render(app: &App) -> String {
         stats.transcripts.load(Ordering::Relaxed),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_need_the_token_or_a_loopback_peer() {
+        let peer = |a: &str| Some(PeerAddr(a.parse().unwrap()));
+        assert!(allowed("", peer("127.0.0.1:5000"), None));
+        assert!(allowed("", peer("[::ffff:127.0.0.1]:5000"), None));
+        assert!(!allowed("", peer("10.0.0.2:5000"), None));
+        assert!(!allowed("", None, None));
+        assert!(!allowed("", peer("10.0.0.2:5000"), Some("Bearer ")));
+        assert!(allowed(
+            "s3cret",
+            peer("10.0.0.2:5000"),
+            Some("Bearer s3cret")
+        ));
+        assert!(!allowed("s3cret", peer("127.0.0.1:5000"), None));
+        assert!(!allowed(
+            "s3cret",
+            peer("10.0.0.2:5000"),
+            Some("Bearer s3cre")
+        ));
+        assert!(!allowed("s3cret", peer("10.0.0.2:5000"), Some("s3cret")));
+    }
 }

@@ -35,7 +35,7 @@ use crate::auth::slots::Slot;
 use crate::auth::{AuthError, Caller};
 use crate::http::chat::{parse_common, REALTIME_MAX_TOKENS, REALTIME_TEMPERATURE, SAMPLING_FIELDS};
 use crate::http::errors::{close_frame, is_too_big, ApiError, SocketClose};
-use crate::llm::chat::ChatTurn;
+use crate::llm::chat::{ChatTurn, TurnError};
 use crate::llm::markdown::PlainStream;
 use crate::llm::{LlmError, Sampling, Usage};
 
@@ -240,8 +240,16 @@ async fn run_turn(
             }),
         ),
         // The client left mid-turn: what was generated until then is billed.
-        Err(LlmError::Cancelled { usage }) => (usage.total_tokens, None),
-        Err(e) => (0, Some(ServerFrame::error(ApiError::Llm(e)))),
+        Err(TurnError {
+            error: LlmError::Cancelled { .. },
+            spent,
+        }) => (spent.total_tokens, None),
+        // A turn that failed is billed for what it spent before (text already streamed,
+        // earlier model calls of its tool loop).
+        Err(TurnError { error, spent }) => (
+            spent.total_tokens,
+            Some(ServerFrame::error(ApiError::Llm(error))),
+        ),
     };
     let settled = reservation
         .settle(&caller.account(), billed, UsageSource::Realtime, user)

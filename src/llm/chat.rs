@@ -2,6 +2,7 @@
 //! prompt first, layers a per-turn prompt and the output-format instruction on top, offers the
 //! organisation's MCP tools and runs the tool loop, and returns the answer with its usage.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,13 +149,17 @@ impl ChatService {
         (prompt, prompt + u64::from(turn.sampling.max_tokens))
     }
 
-    /// Runs one turn for `org`, streaming the answer's text to `deltas`.
+    /// Runs one turn for `org`, streaming the answer's text to `deltas`. A turn that fails
+    /// says what it spent before it failed: the model calls of its tool loop that were
+    /// answered, the one stopped when the client went away, and one whose text was partly
+    /// streamed before it failed (a token per 4 bytes of its prompt and one per piece, as the
+    /// provider's own count never came). All of it is billed.
     pub async fn run(
         &self,
         org: &Org,
         turn: ChatTurn,
         deltas: Deltas,
-    ) -> Result<ChatOutcome, LlmError> {
+    ) -> Result<ChatOutcome, TurnError> {
         let mut messages = vec![Message::new(Role::System, turn_system_message(org, &turn))];
         messages.extend(turn.messages);
         let (json_schema, response_format) = match turn.response_format {
@@ -169,13 +174,13 @@ impl ChatService {
                 match McpSession::connect(
                     integration,
                     self.settings.mcp_timeout,
-                    &self.settings.mcp_policy,
+                    &self.settings.mcp_policy.for_org(&org.mcp_allow),
                 )
                 .await
                 {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        tracing::warn!(org = %org.id, url = %integration.url, error = %e, "MCP server unavailable; answering without tools");
+                        tracing::warn!(org = %org.id, url = %integration.url_for_logs(), error = %e, "MCP server unavailable; answering without tools");
                         None
                     }
                 }
@@ -202,6 +207,7 @@ impl ChatService {
                     }
                     sampling.max_tokens = sampling.max_tokens.min(left.min(u64::from(u32::MAX)) as u32);
                 }
+                let streamed = Arc::new(AtomicU64::new(0));
                 let generated = self
                     .provider
                     .generate(
@@ -212,8 +218,9 @@ impl ChatService {
                             json_schema: json_schema.clone(),
                             response_format: response_format.clone(),
                             odds: None,
+                            tenant: Some(org.id.clone()),
                         },
-                        deltas.clone(),
+                        deltas.as_ref().map(|tx| counted(tx.clone(), streamed.clone())),
                     )
                     .await;
                 let completion = match generated {
@@ -221,10 +228,26 @@ impl ChatService {
                     // What the turn spent before the stop is billed with it.
                     Err(LlmError::Cancelled { usage: spent }) => {
                         usage += spent;
-                        return Err(LlmError::Cancelled { usage });
+                        return Err(TurnError {
+                            error: LlmError::Cancelled { usage },
+                            spent: usage,
+                        });
                     }
-                    // A turn that fails gives the client nothing, and is not billed.
-                    Err(e) => return Err(e),
+                    Err(error) => {
+                        let pieces = streamed.load(Ordering::Relaxed);
+                        if pieces > 0 {
+                            let prompt = super::prompt_bound(&messages, &tools) / 4;
+                            usage += Usage {
+                                prompt_tokens: prompt,
+                                completion_tokens: pieces,
+                                total_tokens: prompt + pieces,
+                            };
+                        }
+                        return Err(TurnError {
+                            error,
+                            spent: usage,
+                        });
+                    }
                 };
                 usage += completion.usage;
                 let Some(session) = session
@@ -271,6 +294,34 @@ impl ChatService {
     }
 }
 
+/// A chat turn that failed, and what it spent before it did (billed all the same).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct TurnError {
+    /// Why it failed.
+    pub error: LlmError,
+    /// Tokens spent until then.
+    pub spent: Usage,
+}
+
+/// A sender of text pieces to `to` that counts them in `pieces`; when `to` is gone, the
+/// sender's receiver goes too, so the model stops at its next piece.
+fn counted(
+    to: tokio::sync::mpsc::Sender<String>,
+    pieces: Arc<AtomicU64>,
+) -> tokio::sync::mpsc::Sender<String> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+    tokio::spawn(async move {
+        while let Some(piece) = rx.recv().await {
+            pieces.fetch_add(1, Ordering::Relaxed);
+            if to.send(piece).await.is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +332,7 @@ mod tests {
             name: "Acme".into(),
             system_prompt: prompt.map(str::to_owned),
             mcp: None,
+            mcp_allow: Vec::new(),
             plan: "free".into(),
             deleted: false,
             created_at_ms: 0,

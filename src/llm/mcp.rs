@@ -17,6 +17,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
 
 use super::{ToolCall, ToolSpec};
+use crate::netaddr::{is_public, Network};
 use crate::store::McpIntegration;
 
 /// Why the MCP server could not be used.
@@ -34,6 +35,9 @@ pub enum McpError {
     /// The server's address is not one the service may reach.
     #[error("the MCP server's address {0} is not public; an administrator can allow it with llm.mcp_allow")]
     Address(IpAddr),
+    /// The server's port is not one the service may reach on a public address.
+    #[error("the MCP server's port {0} is not allowed (80 and 443 are; an administrator can add others with llm.mcp_ports)")]
+    Port(u16),
     /// The server did not answer in time.
     #[error("the MCP server did not answer within {0:?}")]
     Timeout(Duration),
@@ -42,55 +46,85 @@ pub enum McpError {
     List(String),
 }
 
-/// Where MCP servers may be: public addresses, and the networks and host names allowed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where MCP servers may be: public addresses on the web's ports (80, 443, and those the
+/// operator lists), and the networks and host names allowed (on any port: the operator chose
+/// them).
+///
+/// The operator's `llm.mcp_allow` is the bound for every organisation: an organisation's own
+/// list ([`McpPolicy::for_org`], set with `callstream org set-mcp-allow`) opens an address only
+/// where the bound does too, so one organisation's exception is never everybody's.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpPolicy {
-    networks: Vec<(IpAddr, u8)>,
+    networks: Vec<Network>,
     hosts: Vec<String>,
+    ports: Vec<u16>,
+    /// The operator's bound, for an organisation's policy.
+    bound: Option<Box<McpPolicy>>,
+}
+
+impl Default for McpPolicy {
+    fn default() -> Self {
+        Self {
+            networks: Vec::new(),
+            hosts: Vec::new(),
+            ports: vec![80, 443],
+            bound: None,
+        }
+    }
 }
 
 impl McpPolicy {
     /// A policy allowing, besides public addresses, `allow`: CIDR networks (`10.0.0.0/8`),
-    /// single addresses, or host names.
-    pub fn new(allow: &[String]) -> Result<Self, String> {
+    /// single addresses, or host names; and, besides ports 80 and 443, `ports`.
+    pub fn new(allow: &[String], ports: &[u16]) -> Result<Self, String> {
         let mut policy = Self::default();
+        policy.ports.extend_from_slice(ports);
         for entry in allow {
             let entry = entry.trim();
-            let (addr, prefix) = entry.split_once('/').unwrap_or((entry, ""));
-            match addr.parse::<IpAddr>() {
-                Ok(ip) => {
-                    let max = if ip.is_ipv4() { 32 } else { 128 };
-                    let prefix = if prefix.is_empty() {
-                        max
-                    } else {
-                        prefix
-                            .parse::<u8>()
-                            .ok()
-                            .filter(|p| *p <= max)
-                            .ok_or_else(|| format!("llm.mcp_allow: bad prefix in {entry:?}"))?
-                    };
-                    policy.networks.push((ip, prefix));
-                }
-                Err(_) if prefix.is_empty() && !entry.is_empty() => {
+            match Network::parse(entry) {
+                Ok(net) => policy.networks.push(net),
+                Err(_) if !entry.is_empty() && !entry.contains(['/', ':']) => {
                     policy.hosts.push(entry.to_ascii_lowercase());
                 }
-                Err(_) => {
-                    return Err(format!(
-                        "llm.mcp_allow: {entry:?} is not an address or host"
-                    ))
-                }
+                Err(e) => return Err(format!("llm.mcp_allow: {e}")),
             }
         }
         Ok(policy)
     }
 
-    fn allows(&self, host: &str, ip: IpAddr) -> bool {
-        is_public(ip)
-            || self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
-            || self
-                .networks
-                .iter()
-                .any(|(net, prefix)| in_network(ip, *net, *prefix))
+    /// The policy of an organisation whose own list is `allow`, within this one (the
+    /// operator's bound). Entries that do not read are ignored (they are checked when set).
+    pub fn for_org(&self, allow: &[String]) -> McpPolicy {
+        let mut org = allow
+            .iter()
+            .filter_map(|a| McpPolicy::new(std::slice::from_ref(a), &[]).ok())
+            .fold(McpPolicy::default(), |mut all, one| {
+                all.networks.extend(one.networks);
+                all.hosts.extend(one.hosts);
+                all
+            });
+        org.ports.clone_from(&self.ports);
+        org.bound = Some(Box::new(self.clone()));
+        org
+    }
+
+    /// Whether `ip` (or `host`) was opened explicitly: by this list, and by the bound's.
+    fn opened(&self, host: &str, ip: IpAddr) -> bool {
+        let here = self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+            || crate::netaddr::listed(&self.networks, ip);
+        here && self.bound.as_ref().is_none_or(|b| b.opened(host, ip))
+    }
+
+    fn allows(&self, host: &str, addr: SocketAddr) -> Result<(), McpError> {
+        if self.opened(host, addr.ip()) {
+            Ok(())
+        } else if !is_public(addr.ip()) {
+            Err(McpError::Address(addr.ip()))
+        } else if !self.ports.contains(&addr.port()) {
+            Err(McpError::Port(addr.port()))
+        } else {
+            Ok(())
+        }
     }
 
     /// Resolves `url`'s host and checks every address it has: the host and the address to
@@ -119,57 +153,10 @@ impl McpPolicy {
         let first = *addrs
             .first()
             .ok_or_else(|| McpError::Connect(format!("{host} has no address")))?;
-        if let Some(refused) = addrs.iter().find(|a| !self.allows(&host, a.ip())) {
-            return Err(McpError::Address(refused.ip()));
+        for addr in &addrs {
+            self.allows(&host, *addr)?;
         }
         Ok((host, first))
-    }
-}
-
-/// True for addresses on the public internet: not loopback, private, link-local, shared
-/// (CGNAT), unspecified, multicast, broadcast or documentation ranges.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b))
-                || (a == 192 && b == 0 && v4.octets()[2] == 0)
-                || a >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || first == 0x2001 && v6.segments()[1] == 0x0db8)
-        }
-    }
-}
-
-fn in_network(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(ip), IpAddr::V4(net)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            u32::from(ip) & mask == u32::from(net) & mask
-        }
-        (IpAddr::V6(ip), IpAddr::V6(net)) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            u128::from(ip) & mask == u128::from(net) & mask
-        }
-        _ => false,
     }
 }
 
@@ -201,6 +188,8 @@ impl McpSession {
             .map_err(|_| McpError::Timeout(timeout))??;
         let http = reqwest::Client::builder()
             .resolve(&host, addr)
+            // A proxy would resolve the name again, past the check.
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(timeout)
             .build()
@@ -294,32 +283,6 @@ impl McpSession {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_public_addresses_pass_by_default() {
-        for private in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "224.0.0.1",
-            "255.255.255.255",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(!is_public(private.parse().unwrap()), "{private}");
-        }
-        for public in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.4.4"] {
-            assert!(is_public(public.parse().unwrap()), "{public}");
-        }
-    }
-
     #[tokio::test]
     async fn the_allow_list_opens_networks_and_hosts() {
         let default = McpPolicy::default();
@@ -339,13 +302,38 @@ mod tests {
             default.check("ftp://8.8.8.8/").await,
             Err(McpError::Url(_))
         ));
-        let allowed = McpPolicy::new(&["127.0.0.0/8".into(), "10.9.9.9".into()]).unwrap();
+        assert!(matches!(
+            default.check("http://[64:ff9b::7f00:1]/mcp").await,
+            Err(McpError::Address(_))
+        ));
+        assert!(matches!(
+            default.check("http://8.8.8.8:5432/mcp").await,
+            Err(McpError::Port(5432))
+        ));
+        assert!(default.check("https://8.8.8.8/mcp").await.is_ok());
+        assert!(default.check("http://8.8.8.8/mcp").await.is_ok());
+        let ports = McpPolicy::new(&[], &[8443]).unwrap();
+        assert!(ports.check("https://8.8.8.8:8443/mcp").await.is_ok());
+        let allowed = McpPolicy::new(&["127.0.0.0/8".into(), "10.9.9.9".into()], &[]).unwrap();
         let (host, addr) = allowed.check("http://127.0.0.1:9000/mcp").await.unwrap();
         assert_eq!((host.as_str(), addr.port()), ("127.0.0.1", 9000));
         assert!(allowed.check("http://10.9.9.9/mcp").await.is_ok());
         assert!(allowed.check("http://10.9.9.10/mcp").await.is_err());
-        let by_name = McpPolicy::new(&["localhost".into()]).unwrap();
+        let by_name = McpPolicy::new(&["localhost".into()], &[]).unwrap();
         assert!(by_name.check("http://localhost:9000/mcp").await.is_ok());
-        assert!(McpPolicy::new(&["10.0.0.0/33".into()]).is_err());
+        assert!(McpPolicy::new(&["10.0.0.0/33".into()], &[]).is_err());
+        // An organisation's list counts only within the operator's bound.
+        let bound = McpPolicy::new(&["10.0.0.0/8".into(), "mcp.internal".into()], &[]).unwrap();
+        assert!(bound
+            .for_org(&[])
+            .check("http://10.1.1.1/mcp")
+            .await
+            .is_err());
+        let org = bound.for_org(&["10.1.0.0/16".into(), "192.168.0.0/16".into()]);
+        assert!(org.check("http://10.1.1.1:9000/mcp").await.is_ok());
+        assert!(org.check("http://10.2.1.1/mcp").await.is_err());
+        assert!(org.check("http://192.168.1.1/mcp").await.is_err());
+        assert!(org.check("https://8.8.8.8/mcp").await.is_ok());
+        assert!(org.check("https://8.8.8.8:8080/mcp").await.is_err());
     }
 }

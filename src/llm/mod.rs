@@ -127,6 +127,10 @@ pub struct Generation {
     /// When set, the probabilities of a few words at given points of the answer (the
     /// embedded model under a schema only; others leave [`Completion::odds`] empty).
     pub odds: Option<Odds>,
+    /// The organisation the request is for. The embedded model reuses an evaluated prompt
+    /// only for the same tenant (how fast a first token comes must not tell one organisation
+    /// what another's prompt holds); `None` is the service's own work (benchmarks, the CLI).
+    pub tenant: Option<String>,
 }
 
 /// Wherever the answer so far ends with `after` (white space aside: a JSON answer may be
@@ -313,7 +317,7 @@ pub fn build_provider(
             // Analyses start with the same instructions (one prompt for a live call's intent,
             // one for a file's analyses): evaluate them now.
             for messages in profiles::warm_ups(profiles::Confidence::of(&model)) {
-                model.warm(messages);
+                model.warm(messages, None);
             }
             std::sync::Arc::new(model)
         }
@@ -357,11 +361,11 @@ pub trait Provider: Send + Sync {
         false
     }
 
-    /// Evaluates the prompt of `messages` ahead of a request expected to start the same way,
-    /// when the model keeps evaluated prompts and has nothing else to do. Nothing for models
-    /// that do not (an upstream server).
-    fn prefill(&self, messages: Vec<Message>) {
-        let _ = messages;
+    /// Evaluates the prompt of `messages` ahead of a request of `tenant` expected to start
+    /// the same way, when the model keeps evaluated prompts and has nothing else to do.
+    /// Nothing for models that do not (an upstream server).
+    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>) {
+        let _ = (messages, tenant);
     }
 
     /// Stops the model for good: work in progress is given up and the engine is freed, on
@@ -372,5 +376,54 @@ pub trait Provider: Send + Sync {
     fn stop(&self, within: std::time::Duration) -> bool {
         let _ = within;
         true
+    }
+}
+
+/// `inner` serving `tenant`: every request it is given is marked as that organisation's.
+pub struct ForTenant {
+    inner: std::sync::Arc<dyn Provider>,
+    tenant: String,
+}
+
+/// `provider`, marking every request as `tenant`'s (see [`Generation::tenant`]).
+pub fn for_tenant(
+    provider: std::sync::Arc<dyn Provider>,
+    tenant: &str,
+) -> std::sync::Arc<dyn Provider> {
+    std::sync::Arc::new(ForTenant {
+        inner: provider,
+        tenant: tenant.to_owned(),
+    })
+}
+
+#[async_trait::async_trait]
+impl Provider for ForTenant {
+    async fn generate(
+        &self,
+        mut generation: Generation,
+        deltas: Deltas,
+    ) -> Result<Completion, LlmError> {
+        generation.tenant = Some(self.tenant.clone());
+        self.inner.generate(generation, deltas).await
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn keeps_to_any_schema(&self) -> bool {
+        self.inner.keeps_to_any_schema()
+    }
+
+    fn gives_odds(&self) -> bool {
+        self.inner.gives_odds()
+    }
+
+    fn prefill(&self, messages: Vec<Message>, _tenant: Option<String>) {
+        self.inner.prefill(messages, Some(self.tenant.clone()));
+    }
+
+    fn stop(&self, within: std::time::Duration) -> bool {
+        self.inner.stop(within)
     }
 }

@@ -15,6 +15,14 @@ use rand::RngCore;
 use super::StoreError;
 
 const NONCE_LEN: usize = 24;
+
+fn mac(key: &[u8], data: &[u8]) -> [u8; 32] {
+    use hmac::Mac;
+    let mut m =
+        <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    m.update(data);
+    m.finalize().into_bytes().into()
+}
 /// Length of the key in bytes.
 pub const KEY_LEN: usize = 32;
 /// File in the data directory holding a generated key.
@@ -24,6 +32,9 @@ pub const KEY_FILE: &str = "secret.key";
 #[derive(Clone)]
 pub struct SecretBox {
     cipher: XChaCha20Poly1305,
+    /// HMAC-SHA256 of a fixed label under the key: the root of [`SecretBox::derive`], so the
+    /// key itself is used for sealing only.
+    derive_root: [u8; 32],
 }
 
 impl std::fmt::Debug for SecretBox {
@@ -53,7 +64,14 @@ impl SecretBox {
     pub fn new(key: &[u8; KEY_LEN]) -> Self {
         Self {
             cipher: XChaCha20Poly1305::new(key.into()),
+            derive_root: mac(key, b"callstream derived keys"),
         }
+    }
+
+    /// A 32-byte key for `purpose`, the same wherever the same storage key is configured
+    /// (every instance sharing PostgreSQL), and unrelated to keys for other purposes.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        mac(&self.derive_root, purpose.as_bytes())
     }
 
     /// The configured key (base64) if there is one, else the key in `data_dir/secret.key`,

@@ -53,7 +53,13 @@ pub struct Opened {
     /// Sessions, nonces and rate limits: in this process for sled, in the database for
     /// PostgreSQL.
     pub shared: std::sync::Arc<dyn SharedState>,
+    /// The key that signs dashboard sign-in forms, derived from the storage key (so every
+    /// instance sharing the database accepts the others' forms).
+    pub form_key: [u8; 32],
 }
+
+/// What the sign-in form key is derived for.
+const FORM_KEY_PURPOSE: &str = "dashboard sign-in forms";
 
 /// Opens the store `storage` configures, creating it (or bringing its schema up to date) on
 /// first use. The data directory is created in either case: it holds the admin socket.
@@ -67,6 +73,7 @@ pub async fn open(storage: &crate::config::StorageConfig) -> Result<Opened, Open
         StorageBackend::Sled => {
             let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
             Opened {
+                form_key: secrets.derive(FORM_KEY_PURPOSE),
                 store: Arc::new(SledStore::open(dir, secrets)?),
                 shared: Arc::new(shared::Local::default()),
             }
@@ -87,12 +94,14 @@ pub async fn open(storage: &crate::config::StorageConfig) -> Result<Opened, Open
                 ));
             }
             let secrets = SecretBox::from_config(&storage.secret_key, dir)?;
+            let form_key = secrets.derive(FORM_KEY_PURPOSE);
             let pg = Arc::new(
                 PgStore::open(&storage.postgres_url, storage.postgres_pool, secrets).await?,
             );
             Opened {
                 store: pg.clone(),
                 shared: pg,
+                form_key,
             }
         }
     };
@@ -128,6 +137,10 @@ pub struct Org {
     pub system_prompt: Option<String>,
     /// MCP server whose tools are offered to the model.
     pub mcp: Option<McpIntegration>,
+    /// Non-public networks (CIDR) and host names this organisation's MCP server may have, set
+    /// by the operator (`callstream org set-mcp-allow`); each counts only within
+    /// `llm.mcp_allow`, the operator's bound for every organisation.
+    pub mcp_allow: Vec<String>,
     /// Name of a plan in the configuration.
     pub plan: String,
     /// Deleted organisations keep their records; their keys answer 404.
@@ -146,10 +159,32 @@ pub struct McpIntegration {
     pub headers: BTreeMap<String, String>,
 }
 
+impl McpIntegration {
+    /// The URL as it may be logged: without a user name or password, with every query value
+    /// replaced (`?token=REDACTED`) and without a fragment.
+    pub fn url_for_logs(&self) -> String {
+        let Ok(mut url) = reqwest::Url::parse(&self.url) else {
+            return "(not a URL)".to_owned();
+        };
+        // Only a URL that cannot have them refuses these, and then it has none.
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        if url.query().is_some() {
+            let names: Vec<String> = url
+                .query_pairs()
+                .map(|(name, _)| format!("{name}=REDACTED"))
+                .collect();
+            url.set_query(Some(&names.join("&")));
+        }
+        url.set_fragment(None);
+        url.to_string()
+    }
+}
+
 impl std::fmt::Debug for McpIntegration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpIntegration")
-            .field("url", &self.url)
+            .field("url", &self.url_for_logs())
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -249,6 +284,10 @@ pub enum StoreError {
         /// The id.
         id: String,
     },
+    /// A bounded in-process table is full of entries that have not expired yet; the new one is
+    /// refused rather than one of them dropped.
+    #[error("too many {0} are held; try again shortly")]
+    Full(&'static str),
 }
 
 impl From<StoreError> for UsageError {
@@ -359,4 +398,30 @@ pub(crate) fn hex_to_hash(hex: &str) -> Option<[u8; 32]> {
         *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::McpIntegration;
+
+    #[test]
+    fn an_mcp_url_is_logged_without_its_credentials() {
+        let logged = |url: &str| {
+            let mcp = McpIntegration {
+                url: url.to_owned(),
+                headers: [("Authorization".to_owned(), "Bearer s3cret".to_owned())].into(),
+            };
+            (mcp.url_for_logs(), format!("{mcp:?}"))
+        };
+        let (url, debug) = logged("https://alice:hunter2@mcp.example.com/v1?token=abc&x=1#frag");
+        assert_eq!(url, "https://mcp.example.com/v1?token=REDACTED&x=REDACTED");
+        for secret in ["alice", "hunter2", "abc", "s3cret", "frag"] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        assert_eq!(
+            logged("http://10.0.0.1:9000/mcp").0,
+            "http://10.0.0.1:9000/mcp"
+        );
+        assert_eq!(logged("not a url").0, "(not a URL)");
+    }
 }

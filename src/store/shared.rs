@@ -70,10 +70,26 @@ pub struct RemoteCall {
 pub enum Space {
     /// A dashboard session: its id → the session as JSON.
     Session = 1,
-    /// A sign-in form token, single use.
+    /// A sign-in form token that was submitted (forms are single use); nothing is kept of a
+    /// form that is only shown.
     SignInForm = 2,
     /// A live-call signature's `keyid` and nonce, refused again until it expires.
     Nonce = 3,
+    /// Wrong passwords for an account from one address: how many in a row, and until when
+    /// the next attempt waits.
+    SignInFailures = 4,
+}
+
+impl Space {
+    /// What the entries are, for messages.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Space::Session => "dashboard sessions",
+            Space::SignInForm => "sign-in forms",
+            Space::Nonce => "live-call signature nonces",
+            Space::SignInFailures => "sign-in failure records",
+        }
+    }
 }
 
 /// Short-lived shared entries and rate limits. The async methods may wait on the database; the
@@ -184,8 +200,22 @@ pub trait SharedState: Send + Sync {
     }
 }
 
-/// Entries kept in one process at most; past this the soonest to expire go first.
+/// Entries of one [`Space`] kept in one process at most. A live entry is never dropped to make
+/// room (a dropped nonce would let a captured handshake be replayed): past this, once expired
+/// entries are cleared, a new entry is refused with [`StoreError::Full`]. Each space has its own
+/// budget, so sign-in forms cannot crowd out nonces.
 const LOCAL_MAX_ENTRIES: usize = 100_000;
+
+/// The shortest time between two sweeps of a full space for expired entries, in ms: a flood
+/// against a full space costs a lookup per request, not a sweep.
+const SWEEP_EVERY_MS: i64 = 1_000;
+
+/// The short-lived entries of one [`Space`].
+#[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<String, (String, i64)>,
+    swept_ms: i64,
+}
 
 /// Locks over the pools, each pool hashed to one: see [`Local`].
 const POOL_LOCKS: usize = 64;
@@ -195,7 +225,7 @@ const POOL_LOCKS: usize = 64;
 pub struct Local {
     limiter: RateLimiter,
     // A parking_lot Mutex: a map operation per call, never held across an await.
-    entries: Mutex<HashMap<(Space, String), (String, i64)>>,
+    entries: Mutex<HashMap<Space, Entries>>,
     // A parking_lot Mutex: a map operation per call, never held across an await.
     reserved: Mutex<HashMap<(String, UsageKind), u64>>,
     // Per pool (hashed): a reservation takes it alone, to read the ledger and the
@@ -231,7 +261,7 @@ impl Local {
         self.reserved.lock()
     }
 
-    fn entries(&self) -> parking_lot::MutexGuard<'_, HashMap<(Space, String), (String, i64)>> {
+    fn entries(&self) -> parking_lot::MutexGuard<'_, HashMap<Space, Entries>> {
         self.entries.lock()
     }
 }
@@ -255,24 +285,25 @@ impl SharedState for Local {
         expires_ms: i64,
     ) -> Result<bool, StoreError> {
         let now = clock::now_ms();
-        let mut entries = self.entries();
-        let id = (space, key.to_owned());
-        if entries.get(&id).is_some_and(|(_, expires)| *expires > now) {
+        let mut all = self.entries();
+        let entries = all.entry(space).or_default();
+        if entries
+            .map
+            .get(key)
+            .is_some_and(|(_, expires)| *expires > now)
+        {
             return Ok(false);
         }
-        if entries.len() >= LOCAL_MAX_ENTRIES {
-            entries.retain(|_, (_, expires)| *expires > now);
+        if entries.map.len() >= LOCAL_MAX_ENTRIES && now - entries.swept_ms >= SWEEP_EVERY_MS {
+            entries.map.retain(|_, (_, expires)| *expires > now);
+            entries.swept_ms = now;
         }
-        if entries.len() >= LOCAL_MAX_ENTRIES {
-            if let Some(soonest) = entries
-                .iter()
-                .min_by_key(|(_, (_, expires))| *expires)
-                .map(|(k, _)| k.clone())
-            {
-                entries.remove(&soonest);
-            }
+        if entries.map.len() >= LOCAL_MAX_ENTRIES && !entries.map.contains_key(key) {
+            return Err(StoreError::Full(space.plural()));
         }
-        entries.insert(id, (value.to_owned(), expires_ms));
+        entries
+            .map
+            .insert(key.to_owned(), (value.to_owned(), expires_ms));
         Ok(true)
     }
 
@@ -280,7 +311,8 @@ impl SharedState for Local {
         let now = clock::now_ms();
         Ok(self
             .entries()
-            .get(&(space, key.to_owned()))
+            .get(&space)
+            .and_then(|e| e.map.get(key))
             .filter(|(_, expires)| *expires > now)
             .map(|(value, _)| value.clone()))
     }
@@ -289,7 +321,8 @@ impl SharedState for Local {
         let now = clock::now_ms();
         Ok(self
             .entries()
-            .remove(&(space, key.to_owned()))
+            .get_mut(&space)
+            .and_then(|e| e.map.remove(key))
             .filter(|(_, expires)| *expires > now)
             .map(|(value, _)| value))
     }
@@ -377,5 +410,64 @@ fn give_back(
         if *held == 0 {
             reserved.remove(&key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_space_refuses_rather_than_forgets_and_spares_the_others() {
+        let local = Local::default();
+        let later = clock::now_ms() + 60_000;
+        for i in 0..LOCAL_MAX_ENTRIES {
+            assert!(local
+                .insert_new(Space::SignInForm, &i.to_string(), "", later)
+                .await
+                .unwrap());
+        }
+        // Sign-in forms fill their own space only.
+        assert!(matches!(
+            local
+                .insert_new(Space::SignInForm, "one more", "", later)
+                .await,
+            Err(StoreError::Full(_))
+        ));
+        assert!(local
+            .insert_new(Space::Nonce, "n", "", later)
+            .await
+            .unwrap());
+        for i in 1..LOCAL_MAX_ENTRIES {
+            assert!(local
+                .insert_new(Space::Nonce, &i.to_string(), "", later)
+                .await
+                .unwrap());
+        }
+        // A full nonce space refuses a new nonce, and still knows every one it holds.
+        assert!(matches!(
+            local.insert_new(Space::Nonce, "fresh", "", later).await,
+            Err(StoreError::Full(_))
+        ));
+        assert!(!local
+            .insert_new(Space::Nonce, "n", "", later)
+            .await
+            .unwrap());
+        assert!(!local
+            .insert_new(Space::Nonce, "7", "", later)
+            .await
+            .unwrap());
+        // Once entries expire, room is made again.
+        {
+            let now = clock::now_ms();
+            let mut all = local.entries();
+            let nonces = all.get_mut(&Space::Nonce).unwrap();
+            nonces.map.get_mut("7").unwrap().1 = now - 1;
+            nonces.swept_ms = 0;
+        }
+        assert!(local
+            .insert_new(Space::Nonce, "fresh", "", later)
+            .await
+            .unwrap());
     }
 }

@@ -144,6 +144,7 @@ fn org(id: &str) -> Org {
             url: "http://127.0.0.1:1/mcp".into(),
             headers: BTreeMap::from([("Authorization".into(), "Bearer hunter2".into())]),
         }),
+        mcp_allow: vec!["10.0.0.0/8".into(), "mcp.internal".into()],
         plan: "free".into(),
         deleted: false,
         created_at_ms: 1,
@@ -1185,7 +1186,8 @@ async fn a_database_migrated_by_hand_rolled_versions_is_taken_over() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1, 2, 3]);
+    // The takeover and every version after it.
+    assert_eq!(versions, [1, 2, 3, 4]);
 }
 
 #[tokio::test]

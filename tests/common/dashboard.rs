@@ -5,7 +5,7 @@ use super::{Env, Server};
 /// A dashboard user of `org` with `password`, and an HTTP client that does not follow
 /// redirects (sign-in answers 303).
 pub fn user_and_client(env: &Env, org: &str, email: &str, password: &str) -> reqwest::Client {
-    env.cli_json(&["user", "create", org, email, "--password", password]);
+    env.create_user(org, email, password);
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -70,10 +70,17 @@ impl ServerHandler for Orders {
     }
 }
 
-/// Points `org`'s MCP integration at `url`, with the bearer token the server demands.
+/// Points `org`'s MCP integration at `url`, with the bearer token the server demands, and lets
+/// the organisation reach loopback (the tests' servers listen there).
 pub fn attach(env: &super::Env, org: &str, url: &str) {
     let header = format!("Authorization=Bearer {TOKEN}");
     env.cli_json(&["org", "set-mcp", org, "--url", url, "--header", &header]);
+    allow_loopback(env, org);
+}
+
+/// Lets `org`'s MCP server be on loopback (within the tests' `llm.mcp_allow`).
+pub fn allow_loopback(env: &super::Env, org: &str) {
+    env.cli_json(&["org", "set-mcp-allow", org, "127.0.0.1"]);
 }
 
 /// Starts the server; returns its URL and the handler (to count calls).

@@ -112,6 +112,29 @@ impl Env {
             .expect("the callstream binary runs")
     }
 
+    /// Creates a dashboard user of `org`, the password written to the CLI's standard input.
+    pub fn create_user(&self, org: &str, email: &str, password: &str) -> serde_json::Value {
+        use std::io::Write;
+        let mut child = self
+            .command()
+            .args(["--json", "user", "create", org, email, "--password-stdin"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the callstream binary runs");
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{password}").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "callstream user create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+    }
+
     /// Runs the CLI with `--json`, asserts success and parses stdout.
     pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
         let mut all = vec!["--json"];

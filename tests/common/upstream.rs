@@ -22,6 +22,8 @@ pub enum Reply {
     Status(u16, &'static str),
     /// No answer at all (for timeouts).
     Hang,
+    /// Text in these pieces, then the connection breaks (no end, no usage).
+    Cut(Vec<&'static str>),
     /// The least answer the request's `response_format` schema allows (each enum its last
     /// value, each string empty, each array as short as allowed), as text, then the usage:
     /// a provider that keeps to the schema and finds nothing.
@@ -107,6 +109,12 @@ fn events(reply: &Reply, max_tokens: Option<u64>) -> Vec<String> {
             ));
             out.push(usage(*u));
         }
+        Reply::Cut(pieces) => {
+            for p in pieces {
+                out.push(chunk(json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]})));
+            }
+            return out;
+        }
         Reply::Status(..) | Reply::Hang | Reply::Least(_) => {}
     }
     out.push("data: [DONE]\n\n".to_owned());
@@ -161,6 +169,7 @@ impl FakeUpstream {
                                 other => other,
                             };
                             let (mut tx, body) = warp::hyper::Body::channel();
+                            let cut = matches!(reply, Reply::Cut(_));
                             tokio::spawn(async move {
                                 for e in events(&reply, max_tokens) {
                                     // Split each event too: parsers must cope with any chunking.
@@ -171,6 +180,10 @@ impl FakeUpstream {
                                         }
                                         tokio::time::sleep(Duration::from_millis(2)).await;
                                     }
+                                }
+                                if cut {
+                                    tokio::time::sleep(Duration::from_millis(50)).await;
+                                    tx.abort();
                                 }
                             });
                             warp::http::Response::builder()

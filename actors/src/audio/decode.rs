@@ -7,7 +7,9 @@
 //! Files come from strangers, so [`FileDecoder`] checks what the container declares before it
 //! decodes anything ([`DecodeLimits`]: sample rate, channel count, declared duration) and then
 //! hands out the audio a packet at a time, at the file's own rate: memory stays bounded
-//! whatever the file's length. [`decode`] is the whole-file convenience for trusted files.
+//! whatever the file's length. A declared duration is only a hint (a header can say one second
+//! of a ten-minute file): [`FileDecoder::measure`] finds what the file really holds, by
+//! decoding it to the end without keeping the audio. [`decode`] is the whole-file convenience for trusted files.
 //! Unknown formats are [`DecodeError::Unsupported`], damaged or empty ones
 //! [`DecodeError::Corrupt`] / [`DecodeError::Empty`], out-of-range ones
 //! [`DecodeError::Invalid`] or [`DecodeError::TooLong`]; no input panics (a panic inside a
@@ -15,6 +17,8 @@
 
 use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use symphonia::core::audio::SampleBuffer;
 use symphonia::core::codecs::{Decoder, DecoderOptions, CODEC_TYPE_NULL, CODEC_TYPE_OPUS};
@@ -148,8 +152,20 @@ enum Codec {
     },
 }
 
+/// A file's bytes, shared by the passes over it (measuring, then decoding).
+#[derive(Clone)]
+struct Shared(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// A file being decoded a packet at a time.
 pub struct FileDecoder {
+    bytes: Shared,
+    extension: Option<String>,
     format: Box<dyn FormatReader>,
     track_id: u32,
     codec: Codec,
@@ -184,7 +200,15 @@ impl FileDecoder {
             return Err(DecodeError::Empty);
         }
         check_wav_header(&bytes, &limits)?;
-        let bytes = widen_g711_fmt(bytes);
+        let bytes = Shared(Arc::new(widen_g711_fmt(bytes)));
+        Self::open_shared(bytes, extension.map(str::to_owned), limits)
+    }
+
+    fn open_shared(
+        bytes: Shared,
+        extension: Option<String>,
+        limits: DecodeLimits,
+    ) -> Result<Self, DecodeError> {
         let mut decoder = guarded(|| Self::probe(bytes, extension, limits))?;
         decoder.first = decoder.read_block()?;
         if decoder.first.is_none() {
@@ -194,13 +218,14 @@ impl FileDecoder {
     }
 
     fn probe(
-        bytes: Vec<u8>,
-        extension: Option<&str>,
+        bytes: Shared,
+        extension: Option<String>,
         limits: DecodeLimits,
     ) -> Result<Self, DecodeError> {
-        let stream = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
+        let stream =
+            MediaSourceStream::new(Box::new(Cursor::new(bytes.clone())), Default::default());
         let mut hint = Hint::new();
-        if let Some(ext) = extension {
+        if let Some(ext) = extension.as_deref() {
             hint.with_extension(ext);
         }
         let probed = symphonia::default::get_probe()
@@ -267,6 +292,8 @@ impl FileDecoder {
             (Codec::Symphonia { decoder, buf: None }, name)
         };
         Ok(Self {
+            bytes,
+            extension,
             format,
             track_id,
             codec,
@@ -298,6 +325,24 @@ impl FileDecoder {
     /// past it), for a limit known only once the file's own length is known.
     pub fn limit_secs(&mut self, secs: f64) {
         self.limits.max_secs = self.limits.max_secs.min(secs);
+    }
+
+    /// The same file from its start, with the same limits (the bytes are shared, not copied).
+    pub fn reopen(&self) -> Result<Self, DecodeError> {
+        Self::open_shared(self.bytes.clone(), self.extension.clone(), self.limits)
+    }
+
+    /// Decodes the rest of the file without keeping the audio, and answers how many seconds
+    /// were handed out in all: what the file holds, whatever its container declares. Stops
+    /// with [`DecodeError::TooLong`] past the limit, and with `Ok(None)` as soon as `stop` is
+    /// set.
+    pub fn measure(mut self, stop: &AtomicBool) -> Result<Option<f64>, DecodeError> {
+        while self.next_block()?.is_some() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.secs()))
     }
 
     /// Seconds handed out so far.
@@ -654,6 +699,53 @@ mod tests {
             decode(alaw, Some("wav"), 8_000).unwrap().channels[0].len(),
             100
         );
+    }
+
+    /// The FLAC fixture (3.28 s at 44.1 kHz), its STREAMINFO declaring `frames` samples.
+    fn flac_declaring(frames: u64) -> Vec<u8> {
+        let path = crate::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/formats/flac16-mono-44k.flac");
+        let mut f = std::fs::read(path).unwrap();
+        assert_eq!(&f[..4], b"fLaC");
+        // STREAMINFO's 36-bit total sample count: the low nibble of byte 21 and bytes 22-25.
+        f[21] = (f[21] & 0xF0) | ((frames >> 32) as u8 & 0x0F);
+        f[22..26].copy_from_slice(&(frames as u32).to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_file_is_measured_by_what_it_holds_not_what_it_declares() {
+        let stop = AtomicBool::new(false);
+        for declared in [44_100, 1_000 * 44_100] {
+            let decoder =
+                FileDecoder::open(flac_declaring(declared), Some("flac"), Default::default())
+                    .unwrap();
+            assert_eq!(
+                decoder.info().declared_secs,
+                Some(declared as f64 / 44_100.0)
+            );
+            let held = decoder.reopen().unwrap().measure(&stop).unwrap().unwrap();
+            assert!((held - 144_428.0 / 44_100.0).abs() < 1e-9, "{held} s");
+            // The first pass is untouched by the second.
+            assert_eq!(decoder.measure(&stop).unwrap(), Some(held));
+        }
+        // Past the limit, measuring stops with the error decoding would give.
+        let limits = DecodeLimits {
+            max_secs: 2.0,
+            ..Default::default()
+        };
+        let decoder = FileDecoder::open(flac_declaring(44_100), Some("flac"), limits).unwrap();
+        assert!(matches!(
+            decoder.measure(&stop),
+            Err(DecodeError::TooLong {
+                declared_secs: Some(d),
+                ..
+            }) if d == 1.0
+        ));
+        let stopped = AtomicBool::new(true);
+        let decoder =
+            FileDecoder::open(flac_declaring(44_100), Some("flac"), Default::default()).unwrap();
+        assert_eq!(decoder.measure(&stopped).unwrap(), None);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The intent actor of a call: keeps the call's transcript and runs the intent analysis over
-//! all of it when asked. One run at a time; any number of requests during a run collapse into
-//! exactly one follow-up run, which reads the transcript as it is when that run starts.
+//! all of it when asked. One run at a time, and runs start at least
+//! [`IntentArgs::min_interval`] apart; any number of requests during a run (or while the next
+//! waits its turn) collapse into exactly one follow-up run, which reads the transcript as it
+//! is when that run starts. A request before anything was transcribed is answered at once
+//! with an error, and the model is not asked.
 //!
 //! Once a call has asked for its intent, it is likely to ask again: from then on each final
 //! transcript is handed to the classifier to prepare ([`IntentClassifier::prefill`]), so that
@@ -21,6 +24,8 @@ pub enum IntentMsg {
     Line(f64, String, String),
     /// Classify the transcript so far.
     Analyze,
+    /// A scheduled run's turn has come.
+    Begin,
     /// A run finished.
     RunDone(Result<Value, String>),
 }
@@ -35,7 +40,12 @@ pub struct IntentArgs {
     pub classifier: Arc<dyn IntentClassifier>,
     /// Where results go.
     pub report: DerivedActorRef<IntentOutcome>,
+    /// The least time between the starts of two runs.
+    pub min_interval: std::time::Duration,
 }
+
+/// What a request for the intent of a call with no transcript yet is answered.
+pub const NOTHING_TRANSCRIBED: &str = "nothing has been transcribed on this call yet";
 
 /// The actor's state.
 pub struct IntentState {
@@ -46,6 +56,8 @@ pub struct IntentState {
     runs: u64,
     /// The client has asked for the intent at least once.
     asked: bool,
+    /// When the last run started.
+    last_start: Option<tokio::time::Instant>,
 }
 
 /// The intent actor.
@@ -66,7 +78,26 @@ impl IntentState {
 
     fn start(&mut self, myself: &ActorRef<IntentMsg>) {
         self.running = true;
+        let me = myself.clone();
+        if self.lines.is_empty() {
+            let _ = me.cast(IntentMsg::RunDone(Err(NOTHING_TRANSCRIBED.to_owned())));
+            return;
+        }
         self.runs += 1;
+        let now = tokio::time::Instant::now();
+        let at = self
+            .last_start
+            .map_or(now, |last| (last + self.args.min_interval).max(now));
+        self.last_start = Some(at);
+        tokio::spawn(async move {
+            // Requests that come while this run waits its turn are its follow-up.
+            tokio::time::sleep_until(at).await;
+            let _ = me.cast(IntentMsg::Begin);
+        });
+    }
+
+    /// Starts the run [`IntentState::start`] scheduled, over the transcript as it is now.
+    fn begin(&mut self, myself: &ActorRef<IntentMsg>) {
         let run = self.args.classifier.classify(self.transcript());
         let me = myself.clone();
         tokio::spawn(async move {
@@ -97,6 +128,7 @@ impl Actor for Intent {
             follow_up: false,
             runs: 0,
             asked: false,
+            last_start: None,
         })
     }
 
@@ -123,6 +155,7 @@ impl Actor for Intent {
                 state.asked = true;
                 state.start(&myself);
             }
+            IntentMsg::Begin => state.begin(&myself),
             IntentMsg::RunDone(result) => {
                 state.running = false;
                 tracing::info!(
@@ -200,6 +233,7 @@ mod tests {
             IntentArgs {
                 classifier: Arc::new(Recorder(prefills.clone())),
                 report: sink.get_derived(),
+                min_interval: std::time::Duration::ZERO,
             },
         )
         .await
@@ -228,6 +262,63 @@ mod tests {
             "Customer: my router keeps dropping.\nAgent: let me check.\n\
              Agent: is the light green?\nCustomer: since Monday.\n"
         );
+        intent.stop(None);
+        sink.stop(None);
+    }
+
+    /// Records when each run started.
+    struct Clocked(Arc<Mutex<Vec<tokio::time::Instant>>>);
+
+    impl IntentClassifier for Clocked {
+        fn classify(&self, _transcript: String) -> IntentFuture {
+            self.0.lock().push(tokio::time::Instant::now());
+            Box::pin(async move { Ok(Value::Null) })
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_are_spaced_and_an_empty_call_asks_nobody() {
+        let (tx, mut outcomes) = mpsc::unbounded_channel();
+        let (sink, _) = Actor::spawn(None, Sink, tx).await.unwrap();
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let gap = std::time::Duration::from_millis(300);
+        let (intent, _) = Actor::spawn(
+            None,
+            Intent,
+            IntentArgs {
+                classifier: Arc::new(Clocked(starts.clone())),
+                report: sink.get_derived(),
+                min_interval: gap,
+            },
+        )
+        .await
+        .unwrap();
+        intent.cast(IntentMsg::Analyze).unwrap();
+        assert_eq!(
+            outcomes.recv().await.unwrap().0,
+            Err(NOTHING_TRANSCRIBED.to_owned())
+        );
+        assert!(starts.lock().is_empty());
+        intent
+            .cast(IntentMsg::Line(0.5, "Customer".into(), "hello".into()))
+            .unwrap();
+        // Twenty requests 20 ms apart: a run now, then one follow-up a gap later.
+        for _ in 0..20 {
+            intent.cast(IntentMsg::Analyze).unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let mut answered = 0;
+        while let Ok(Some(_)) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), outcomes.recv()).await
+        {
+            answered += 1;
+        }
+        let starts = starts.lock().clone();
+        assert!((2..=3).contains(&starts.len()), "{} runs", starts.len());
+        assert_eq!(answered, starts.len());
+        for pair in starts.windows(2) {
+            assert!(pair[1] - pair[0] >= gap, "{:?}", pair[1] - pair[0]);
+        }
         intent.stop(None);
         sink.stop(None);
     }

@@ -36,6 +36,9 @@ pub struct CallSettings {
     pub external_label: String,
     /// Speaker label of the `internal` leg.
     pub internal_label: String,
+    /// The least time between the starts of two intent analyses of one call; requests in
+    /// between are coalesced into the next.
+    pub analyze_interval: Duration,
 }
 
 impl Default for CallSettings {
@@ -51,6 +54,7 @@ impl Default for CallSettings {
             max_held_utterances: 8,
             external_label: "Customer".to_owned(),
             internal_label: "Agent".to_owned(),
+            analyze_interval: Duration::from_secs(3),
         }
     }
 }

@@ -329,6 +329,7 @@ impl CallState {
         let args = IntentArgs {
             classifier: self.args.classifier.clone(),
             report: myself.get_derived(),
+            min_interval: self.args.settings.analyze_interval,
         };
         let (i, _) = Actor::spawn_linked(None, Intent, args, myself.get_cell()).await?;
         // A new intent actor starts from the transcript so far.

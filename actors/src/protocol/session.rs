@@ -92,13 +92,42 @@ pub enum Step {
     Disconnect(ServerEnvelope),
 }
 
-/// A pause or a discard on the call timeline.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Gap {
-    /// Samples per channel received before the gap.
-    at_sample: u64,
-    /// Seconds skipped.
-    secs: f64,
+/// Most gaps kept apart on a call's timeline (see [`Gaps`]).
+const MAX_GAPS: usize = 1024;
+
+/// The pauses and discards on a call's timeline, bounded whatever the client sends: each mark
+/// is where a gap was reported (samples per channel received before it) and the seconds
+/// skipped up to and including it, in order. Gaps reported with no audio between them are one
+/// mark. Past [`MAX_GAPS`] marks the oldest is folded into a floor: a sample older than that
+/// many gaps is placed as if it came after them (transcripts are placed within seconds of
+/// their audio, so none is placed that far back).
+#[derive(Debug, Default)]
+struct Gaps {
+    marks: std::collections::VecDeque<(u64, f64)>,
+    floor: f64,
+}
+
+impl Gaps {
+    fn push(&mut self, at_sample: u64, secs: f64) {
+        let total = self.marks.back().map_or(self.floor, |m| m.1) + secs;
+        match self.marks.back_mut() {
+            Some(last) if last.0 == at_sample => last.1 = total,
+            _ => self.marks.push_back((at_sample, total)),
+        }
+        if self.marks.len() > MAX_GAPS {
+            if let Some((_, total)) = self.marks.pop_front() {
+                self.floor = total;
+            }
+        }
+    }
+
+    /// Seconds skipped before sample `n`.
+    fn skipped_before(&self, n: u64) -> f64 {
+        match self.marks.partition_point(|m| m.0 <= n) {
+            0 => self.floor,
+            i => self.marks[i - 1].1,
+        }
+    }
 }
 
 /// One AudioHook session.
@@ -111,7 +140,7 @@ pub struct Session {
     server_seq: u64,
     media: Option<Negotiated>,
     samples: u64,
-    gaps: Vec<Gap>,
+    gaps: Gaps,
 }
 
 impl Session {
@@ -125,7 +154,7 @@ impl Session {
             server_seq: 0,
             media: None,
             samples: 0,
-            gaps: Vec::new(),
+            gaps: Gaps::default(),
         }
     }
 
@@ -196,13 +225,7 @@ impl Session {
     /// Where sample `n` of a channel lies on the call timeline, in seconds: audio received
     /// before it plus every gap reported before it.
     pub fn timeline_secs(&self, n: u64) -> f64 {
-        let skipped: f64 = self
-            .gaps
-            .iter()
-            .filter(|g| g.at_sample <= n)
-            .map(|g| g.secs)
-            .sum();
-        n as f64 / f64::from(RATE) + skipped
+        n as f64 / f64::from(RATE) + self.gaps.skipped_before(n)
     }
 
     /// A binary frame of `len` bytes arrived.
@@ -332,10 +355,7 @@ impl Session {
                 tracing::info!(session = ?self.id, message = kind(&m), start_s = gap.start.secs(),
                     skipped_s = gap.discarded.secs(), "client skipped audio");
                 if gap.discarded.secs() > 0.0 {
-                    self.gaps.push(Gap {
-                        at_sample: self.samples,
-                        secs: gap.discarded.secs(),
-                    });
+                    self.gaps.push(self.samples, gap.discarded.secs());
                 }
                 self.state = State::Active;
                 Step::None
@@ -628,6 +648,36 @@ mod tests {
         assert!((s.timeline_secs(8000) - 3.5).abs() < 1e-9);
         assert!((s.timeline_secs(12_000) - 4.0).abs() < 1e-9);
         assert!((s.timeline_secs(16_000) - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn gaps_are_merged_and_bounded() {
+        let mut s = opened();
+        let mut seq = 1;
+        let mut discard = |s: &mut Session| {
+            seq += 1;
+            s.on_text(&text(
+                seq,
+                1,
+                "discarded",
+                json!({"start":"PT0S","discarded":"PT0.5S"}),
+            ));
+        };
+        // Gaps with no audio between them are one.
+        discard(&mut s);
+        discard(&mut s);
+        assert_eq!(s.gaps.marks.len(), 1);
+        assert!((s.timeline_secs(0) - 1.0).abs() < 1e-9);
+        // A flood of gaps between frames keeps a bounded list, and recent audio in place.
+        for _ in 0..10 * MAX_GAPS {
+            s.on_audio(2);
+            discard(&mut s);
+        }
+        assert_eq!(s.gaps.marks.len(), MAX_GAPS);
+        let n = s.samples();
+        let expected = n as f64 / 8000.0 + 0.5 * (2 + 10 * MAX_GAPS) as f64;
+        assert!((s.timeline_secs(n) - expected).abs() < 1e-6);
+        assert!((s.timeline_secs(n - 1) - (expected - 0.5 - 1.0 / 8000.0)).abs() < 1e-6);
     }
 
     #[test]

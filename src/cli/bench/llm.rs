@@ -44,6 +44,7 @@ pub(super) fn llm(config: &Config, runs: usize, context: usize) -> anyhow::Resul
                 json_schema: None,
                 response_format: None,
                 odds: None,
+                tenant: None,
             };
             let started = Instant::now();
             let first = tokio::spawn(async move {

@@ -76,7 +76,7 @@ pub(super) fn generate(
         (generation.sampling.max_tokens as usize).min(limit - prompt_len - 1) - lead.len();
 
     let started = std::time::Instant::now();
-    let reused = cache.prepare(ctx, &tokens);
+    let reused = cache.prepare(ctx, generation.tenant.as_deref(), &tokens);
     let step = if generation.sampling.max_tokens == 0 {
         WARM_CHUNK
     } else {

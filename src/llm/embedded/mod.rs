@@ -213,7 +213,7 @@ impl EmbeddedLlm {
     /// same way (an analysis profile's prompt, a live call's transcript so far) finds it
     /// evaluated. Warm-ups take the model only while no request waits, and are dropped when
     /// [`WARM_QUEUE`] of them wait already.
-    pub fn warm(&self, messages: Vec<Message>) {
+    pub fn warm(&self, messages: Vec<Message>, tenant: Option<String>) {
         let _ = self.warm.try_send(Generation {
             messages,
             tools: Vec::new(),
@@ -224,6 +224,7 @@ impl EmbeddedLlm {
             json_schema: None,
             response_format: None,
             odds: None,
+            tenant,
         });
     }
 }
@@ -269,8 +270,8 @@ impl Provider for EmbeddedLlm {
         true
     }
 
-    fn prefill(&self, messages: Vec<Message>) {
-        self.warm(messages);
+    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>) {
+        self.warm(messages, tenant);
     }
 
     fn stop(&self, within: Duration) -> bool {

@@ -16,8 +16,9 @@ use crate::llm::LlmError;
 /// Fewest tokens worth keeping a snapshot of, or worth restoring one for.
 pub(super) const MIN_SNAPSHOT_TOKENS: usize = 64;
 
-/// A saved sequence: the tokens it holds and llama.cpp's state of them.
+/// A saved sequence: whose it is, the tokens it holds and llama.cpp's state of them.
 pub(super) struct Snapshot {
+    pub(super) owner: Option<String>,
     pub(super) tokens: Vec<LlamaToken>,
     pub(super) prompt_len: usize,
     pub(super) state: SeqState,
@@ -31,7 +32,14 @@ pub(super) struct Snapshot {
 /// a snapshot (if it holds enough to be worth it) and the snapshot is restored in its place.
 /// When the context is about to lose much of what it holds to an unrelated prompt, it is saved
 /// first. The KV cache past the shared prefix is removed and only the rest is evaluated.
+///
+/// Everything kept has an owner, the tenant whose request evaluated it ([`Generation::tenant`]),
+/// and a request reuses only its own tenant's tokens or the service's own (`None`: the warm-ups
+/// of the analysis instructions, which hold nothing of any organisation). So how fast a first
+/// token comes cannot tell one organisation what another's prompt begins with.
 pub struct PrefixCache {
+    /// Whose tokens the context holds.
+    pub(super) owner: Option<String>,
     /// The tokens the context holds.
     pub(super) live: Vec<LlamaToken>,
     /// How many of them were the prompt (the rest were generated).
@@ -47,6 +55,7 @@ impl PrefixCache {
     pub(super) fn new(entries: usize, budget: usize, counters: Arc<Counters>) -> Self {
         Self {
             counters,
+            owner: None,
             live: Vec::new(),
             prompt_len: 0,
             saved: VecDeque::new(),
@@ -56,14 +65,25 @@ impl PrefixCache {
         }
     }
 
-    /// Readies the context for `tokens` and returns how many of them it already holds
-    /// (always fewer than all: the last one is evaluated for its logits).
-    pub(super) fn prepare(&mut self, ctx: &mut LlamaContext<'_>, tokens: &[LlamaToken]) -> usize {
-        let in_context = common_prefix(&self.live, tokens);
+    /// Readies the context for `tokens` of `tenant` and returns how many of them it already
+    /// holds (always fewer than all: the last one is evaluated for its logits).
+    pub(super) fn prepare(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        tenant: Option<&str>,
+        tokens: &[LlamaToken],
+    ) -> usize {
+        let usable = |owner: &Option<String>| owner.is_none() || owner.as_deref() == tenant;
+        let in_context = if usable(&self.owner) {
+            common_prefix(&self.live, tokens)
+        } else {
+            0
+        };
         let best = self
             .saved
             .iter()
             .enumerate()
+            .filter(|(_, s)| usable(&s.owner))
             .map(|(i, s)| (i, common_prefix(&s.tokens, tokens)))
             .max_by_key(|&(i, n)| (n, i));
         let mut reused = in_context;
@@ -81,6 +101,7 @@ impl PrefixCache {
                     reused = n;
                     self.live = snapshot.tokens;
                     self.prompt_len = snapshot.prompt_len;
+                    self.owner = snapshot.owner;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "a kept prompt could not be restored");
@@ -106,6 +127,9 @@ impl PrefixCache {
             0
         };
         self.prompt_len = tokens.len();
+        // What is kept of the context (the shared prefix) is the tenant's own or the
+        // service's; from now on it holds the tenant's prompt.
+        self.owner = tenant.map(str::to_owned);
         self.counters
             .reused
             .fetch_add(reused as u64, Ordering::Relaxed);
@@ -180,11 +204,12 @@ impl PrefixCache {
                 return;
             }
         };
-        // A snapshot that this one extends is no longer needed.
+        // A snapshot of the same owner that this one extends is no longer needed.
         let live = &self.live;
+        let owner = &self.owner;
         let mut freed = 0;
         self.saved.retain(|s| {
-            let redundant = live.starts_with(&s.tokens);
+            let redundant = &s.owner == owner && live.starts_with(&s.tokens);
             if redundant {
                 freed += s.state.byte_len();
             }
@@ -193,6 +218,7 @@ impl PrefixCache {
         self.bytes -= freed;
         self.bytes += state.byte_len();
         self.saved.push_back(Snapshot {
+            owner: self.owner.clone(),
             tokens: self.live.clone(),
             prompt_len: self.prompt_len,
             state,

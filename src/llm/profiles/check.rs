@@ -266,6 +266,7 @@ async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage),
                 },
                 json_schema: Some(schema()),
                 response_format: None,
+                tenant: None,
                 odds: Some(Odds {
                     after: TOPIC_AT.to_owned(),
                     words: TOPICS.iter().map(|s| s.to_string()).collect(),

@@ -48,6 +48,7 @@ pub(super) async fn generate_fitted(
                 _ => shown.schema.clone(),
             }),
             response_format: None,
+            tenant: None,
             odds: Some(if kind == ProfileKind::Intent {
                 Odds {
                     after: INTENT_AT.to_owned(),

@@ -191,11 +191,14 @@ impl IntentClassifier for LlmIntent {
     /// The call's intent prompt so far, for the model to evaluate while it is idle: the next
     /// `classify` of this call then evaluates only what was said since.
     fn prefill(&self, transcript: String) {
-        self.provider.prefill(messages(
-            ProfileKind::Intent,
-            LIVE_LAYOUT,
-            Confidence::of(self.provider.as_ref()),
-            &transcript,
-        ));
+        self.provider.prefill(
+            messages(
+                ProfileKind::Intent,
+                LIVE_LAYOUT,
+                Confidence::of(self.provider.as_ref()),
+                &transcript,
+            ),
+            None,
+        );
     }
 }

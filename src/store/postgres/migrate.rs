@@ -26,6 +26,10 @@ pub const FILES: &[(&str, &str)] = &[
         "V3__instances",
         include_str!("../migrations/V3__instances.sql"),
     ),
+    (
+        "V4__org_mcp_allow",
+        include_str!("../migrations/V4__org_mcp_allow.sql"),
+    ),
 ];
 
 /// The migrator over [`FILES`].

@@ -126,11 +126,11 @@ fn decode_event(text: &str) -> Result<UsageEvent, StoreError> {
 }
 
 const ORG_COLUMNS: &str =
-    "id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted, created_at_ms";
+    "id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted, created_at_ms, mcp_allow";
 const KEY_COLUMNS: &str = "id, org_id, name, hash, last4, created_at_ms, revoked_at_ms";
 /// The lookups of every authenticated request, written out rather than formatted per call.
 const ORG_BY_ID: &str = "SELECT id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, \
-                         deleted, created_at_ms FROM orgs WHERE id = $1";
+                         deleted, created_at_ms, mcp_allow FROM orgs WHERE id = $1";
 const KEY_BY_HASH: &str = "SELECT id, org_id, name, hash, last4, created_at_ms, revoked_at_ms \
                            FROM api_keys WHERE hash = $1";
 const CONNECTOR_COLUMNS: &str =
@@ -238,6 +238,7 @@ impl PgStore {
             plan: row.get(5),
             deleted: row.get(6),
             created_at_ms: row.get(7),
+            mcp_allow: row.get(8),
             id,
         })
     }

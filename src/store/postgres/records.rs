@@ -84,7 +84,7 @@ impl Store for PgStore {
         let inserted = exec(
             &conn,
             &format!(
-                "INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                "INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT DO NOTHING"
             ),
             &[
@@ -96,6 +96,7 @@ impl Store for PgStore {
                 &org.plan,
                 &org.deleted,
                 &org.created_at_ms,
+                &org.mcp_allow,
             ],
         )
         .await?;
@@ -115,7 +116,7 @@ impl Store for PgStore {
             &conn,
             "UPDATE orgs SET name = $2, system_prompt = $3, mcp_url = $4,
                              mcp_headers_sealed = $5, plan = $6, deleted = $7,
-                             created_at_ms = $8
+                             created_at_ms = $8, mcp_allow = $9
              WHERE id = $1",
             &[
                 &org.id,
@@ -126,6 +127,7 @@ impl Store for PgStore {
                 &org.plan,
                 &org.deleted,
                 &org.created_at_ms,
+                &org.mcp_allow,
             ],
         )
         .await?;

@@ -109,6 +109,9 @@ struct OrgRecord {
     name: String,
     system_prompt: Option<String>,
     mcp: Option<McpRecord>,
+    /// Absent from records written before it existed.
+    #[serde(default)]
+    mcp_allow: Vec<String>,
     plan: String,
     deleted: bool,
     created_at_ms: i64,
@@ -209,6 +212,7 @@ impl Db {
                 url: m.url.clone(),
                 headers_sealed: b64().encode(self.secrets.seal(&org.id, &encode(&m.headers))),
             }),
+            mcp_allow: org.mcp_allow.clone(),
             plan: org.plan.clone(),
             deleted: org.deleted,
             created_at_ms: org.created_at_ms,
@@ -235,6 +239,7 @@ impl Db {
             name: rec.name,
             system_prompt: rec.system_prompt,
             mcp,
+            mcp_allow: rec.mcp_allow,
             plan: rec.plan,
             deleted: rec.deleted,
             created_at_ms: rec.created_at_ms,
