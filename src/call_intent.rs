@@ -1,8 +1,9 @@
 //! A live call's intent analyses as its organisation's work: run on the language model as that
 //! tenant (its evaluated prompts are its own), billed to its chat-token pool, and taking
 //! their turn with other calls' analyses so that calls asking often cannot fill the model's
-//! queue. The call's intent actor decides when to run (one at a time, spaced, never on an
-//! empty transcript); this is what one run does.
+//! queue. The call's intent actor decides when to run (one at a time, spaced); this is what
+//! one run does. A call with nothing transcribed yet gets the fixed answer of an empty
+//! transcript, without the model and unbilled.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use tokio::sync::Semaphore;
 use callstream_actors::call::{IntentClassifier, IntentFuture};
 use callstream_actors::usage::{Account, UsageKind, UsageSource};
 
-use crate::llm::profiles::{analyse, messages, Confidence, ProfileKind, LIVE_LAYOUT};
+use crate::llm::profiles::{analyse, has_speech, messages, Confidence, ProfileKind, LIVE_LAYOUT};
 use crate::llm::{for_tenant, LlmError, Provider};
 use crate::usage::Quotas;
 
@@ -57,6 +58,19 @@ impl IntentClassifier for CallIntent {
         let account = self.account.clone();
         let turns = self.turns.clone();
         Box::pin(async move {
+            if !has_speech(&transcript) {
+                // Answered without the model (see `analyse`): nothing to bill or wait for.
+                return analyse(
+                    provider.as_ref(),
+                    ProfileKind::Intent,
+                    LIVE_LAYOUT,
+                    "",
+                    None,
+                )
+                .await
+                .map(|(value, _)| value)
+                .map_err(|e| e.to_string());
+            }
             let want = reserve_for(&transcript);
             let now = crate::clock::now_ms();
             let reservation = quotas

@@ -611,9 +611,10 @@ async fn protocol_replies_and_disconnect_paths() {
 // The CLI runs block a worker; the scripted provider needs another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn analyze_requests_during_a_run_collapse_into_one_follow_up() {
-    let (fake, env, server) = setup(&[]).await;
+    // Runs may start back to back here (their spacing is the intent actor's own test).
+    let (fake, env, server) = setup(&[("CALLSTREAM_CALLS__ANALYZE_INTERVAL_MS", "100")]).await;
     fake.set_delay(Duration::from_millis(1000));
-    let (_, client_id, secret) = connector(&env, None);
+    let (org, client_id, secret) = connector(&env, None);
     let headers = signed(&server, &client_id, &secret, now());
     let mut ws = connect(&server, &headers).await;
     let mut c = Client::of(&headers);
@@ -661,6 +662,9 @@ async fn analyze_requests_during_a_run_collapse_into_one_follow_up() {
         }
     }
     assert_eq!(fake.seen().len(), 2, "exactly one run and one follow-up");
+    // Each run's tokens (40 + 20, as the provider counts them) are billed to the organisation.
+    let tokens = env.cli_json(&["usage", &org])["chat_tokens"]["used"].clone();
+    assert_eq!(tokens, json!(120));
     let prompt = fake.seen()[0].body["messages"][1]["content"]
         .as_str()
         .unwrap()

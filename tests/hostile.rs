@@ -901,3 +901,61 @@ async fn the_mcp_allow_list_opens_an_address_to_one_organisation_only() {
     let bad = env.cli(&["org", "set-mcp-allow", &org, "10.0.0.0/99"]);
     assert!(!bad.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_cookies_and_live_feeds_are_bounded_by_configuration() {
+    let env = Env::new(&[("CALLSTREAM_DASHBOARD__MAX_FEEDS_PER_SESSION", "2")]);
+    let server = env.serve();
+    let org = env.cli_json(&["org", "create", "Feeds"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let client =
+        common::dashboard::user_and_client(&env, &org, "f@example.com", "a long and good password");
+    // public_url is https (the default): cookies are Secure whatever a request claims.
+    let page = client
+        .get(server.url("/dashboard/login"))
+        .header("x-forwarded-proto", "http")
+        .send()
+        .await
+        .unwrap();
+    let cookie = page.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    let session = common::dashboard::session_cookie(
+        &client,
+        &server,
+        "f@example.com",
+        "a long and good password",
+    )
+    .await;
+    let feed = || {
+        client
+            .get(server.url("/dashboard/calls/events"))
+            .header("cookie", &session)
+            .send()
+    };
+    let first = feed().await.unwrap();
+    let second = feed().await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let third = feed().await.unwrap();
+    assert_eq!(third.status(), 429);
+    // A page that goes away gives its place back (at the latest when the next keep-alive
+    // finds the connection closed, 15 s on).
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let again = feed().await.unwrap();
+        if again.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the feed's place was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(second);
+}

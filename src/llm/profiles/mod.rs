@@ -62,6 +62,15 @@ pub async fn analyse(
         .map(|a| (a.record.to_value(), a.usage))
 }
 
+/// Whether any line of `transcript` (`Speaker: text` lines) has words: a transcript without
+/// any gets the fixed record of no speech, without the model.
+pub fn has_speech(transcript: &str) -> bool {
+    transcript.lines().any(|l| {
+        l.split_once(": ")
+            .map_or(!l.trim().is_empty(), |(_, text)| !text.trim().is_empty())
+    })
+}
+
 /// [`analyse`], also telling how many evidence quotes the model gave and kept.
 pub async fn analyse_checked(
     provider: &dyn Provider,
@@ -70,11 +79,7 @@ pub async fn analyse_checked(
     transcript: &str,
     seller: Option<&str>,
 ) -> Result<Analysis, LlmError> {
-    let spoken = transcript.lines().any(|l| {
-        l.split_once(": ")
-            .map_or(!l.trim().is_empty(), |(_, text)| !text.trim().is_empty())
-    });
-    if !spoken {
+    if !has_speech(transcript) {
         return Ok(Analysis {
             record: no_speech_record(kind),
             usage: Usage::default(),
