@@ -270,7 +270,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    // On tokio's paused clock: time moves only when every task waits, so the spacing checked
+    // below is the actor's own, not the test machine's scheduling.
+    #[tokio::test(start_paused = true)]
     async fn runs_are_spaced_and_requests_between_them_coalesce() {
         let (tx, mut outcomes) = mpsc::unbounded_channel();
         let (sink, _) = Actor::spawn(None, Sink, tx).await.unwrap();
