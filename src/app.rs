@@ -157,7 +157,7 @@ impl AppBuilder {
             crate::usage::Quotas::new(config.clone(), store.clone(), opened.shared.clone());
         Ok(App {
             lifecycle: Arc::default(),
-            slots: Arc::default(),
+            slots: Arc::new(crate::auth::slots::Slots::new(opened.shared.clone())),
             sessions: Arc::new(crate::auth::sessions::Sessions::new(opened.shared.clone())),
             sign_in: Arc::new(crate::auth::sessions::SignIn::new(
                 &config.dashboard,

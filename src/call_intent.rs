@@ -37,7 +37,7 @@ impl CallIntent {
         turns: Arc<Semaphore>,
     ) -> Self {
         Self {
-            provider: for_tenant(provider, &account.org_id),
+            provider: for_tenant(provider, &account.org_id, crate::llm::fair::Class::Live),
             quotas,
             account,
             turns,

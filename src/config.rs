@@ -228,8 +228,18 @@ pub struct LlmConfig {
     /// the CPU (8 with AMX, else 0).
     #[serde(default)]
     pub draft_tokens: Option<u32>,
-    /// Requests that may wait for the embedded model.
+    /// Chat requests that may wait for the model, from every organisation.
     pub queue: usize,
+    /// Chat requests that one organisation may have waiting for the model.
+    #[serde(default = "default_queue_per_org")]
+    pub queue_per_org: usize,
+    /// Requests the model serves at once (besides one place kept for live analyses): the
+    /// embedded model's sequences, an upstream server's concurrent calls.
+    #[serde(default = "default_parallel")]
+    pub parallel: usize,
+    /// Memory of the embedded model's attention cache, shared by its sequences, MiB.
+    #[serde(default = "default_kv_cache_mb")]
+    pub kv_cache_mb: usize,
     /// Evaluated prompts the embedded model keeps for reuse, besides the one in its context.
     pub prefix_cache_entries: usize,
     /// Memory those kept prompts may take, MiB.
@@ -248,6 +258,18 @@ pub struct LlmConfig {
 
 fn default_micro_batch() -> u32 {
     128
+}
+
+fn default_queue_per_org() -> usize {
+    4
+}
+
+fn default_parallel() -> usize {
+    4
+}
+
+fn default_kv_cache_mb() -> usize {
+    768
 }
 
 fn default_repack_weights() -> bool {
@@ -458,6 +480,57 @@ pub struct Plan {
     /// Audio-minutes per calendar month, file and live together; `None` is unlimited.
     #[serde(default)]
     pub audio_minutes_per_month: Option<u64>,
+    /// Live calls in progress at once (within `calls.max_calls_per_org`), over every instance.
+    #[serde(default = "default_plan_live_calls")]
+    pub max_live_calls: usize,
+    /// Realtime chat sessions open at once, over every instance.
+    #[serde(default = "default_plan_realtime_sessions")]
+    pub max_realtime_sessions: usize,
+    /// File transcriptions in progress at once, over every instance.
+    #[serde(default = "default_plan_file_transcriptions")]
+    pub max_file_transcriptions: usize,
+    /// API keys not revoked.
+    #[serde(default = "default_plan_api_keys")]
+    pub max_api_keys: usize,
+    /// AudioHook connectors not revoked.
+    #[serde(default = "default_plan_connectors")]
+    pub max_connectors: usize,
+}
+
+impl Plan {
+    /// A plan with no quota and no cap (benchmarks, tools).
+    pub fn unlimited() -> Self {
+        Self {
+            rpm: u32::MAX,
+            chat_tokens_per_month: None,
+            audio_minutes_per_month: None,
+            max_live_calls: usize::MAX,
+            max_realtime_sessions: usize::MAX,
+            max_file_transcriptions: usize::MAX,
+            max_api_keys: usize::MAX,
+            max_connectors: usize::MAX,
+        }
+    }
+}
+
+fn default_plan_live_calls() -> usize {
+    128
+}
+
+fn default_plan_realtime_sessions() -> usize {
+    64
+}
+
+fn default_plan_file_transcriptions() -> usize {
+    4
+}
+
+fn default_plan_api_keys() -> usize {
+    100
+}
+
+fn default_plan_connectors() -> usize {
+    50
 }
 
 /// Why a configuration could not be loaded.
@@ -543,6 +616,11 @@ impl Config {
         {
             return Err(invalid(
                 "storage.backend is \"postgres\": set storage.postgres_url".into(),
+            ));
+        }
+        if !(1..=64).contains(&self.llm.parallel) || self.llm.queue_per_org == 0 {
+            return Err(invalid(
+                "llm.parallel must be from 1 to 64 and llm.queue_per_org at least 1".into(),
             ));
         }
         if !(1..=512).contains(&self.llm.micro_batch) {

@@ -396,7 +396,11 @@ pub async fn transcribe(
     if let Some(llm) = engines.llm.as_ref().filter(|_| needs_model) {
         // The payer's prompts are reused only for the payer.
         let llm = match payer {
-            Some(payer) => crate::llm::for_tenant(llm.clone(), &payer.caller.org.id),
+            Some(payer) => crate::llm::for_tenant(
+                llm.clone(),
+                &payer.caller.org.id,
+                crate::llm::fair::Class::Batch,
+            ),
             None => llm.clone(),
         };
         let labels: Vec<String> = segments.iter().map(|s| speaker_label(&s.speaker)).collect();

@@ -613,3 +613,69 @@ async fn a_structured_turn_is_forwarded_with_the_clients_format() {
     assert!(system.contains("JSON"), "{system}");
     assert_eq!(tokens_used(&env, &org), 26);
 }
+
+/// The model is shared by rule: an organisation that floods it gets 429 with a wait for
+/// itself, and another organisation's request is served beside the flood, not behind it.
+#[tokio::test]
+async fn a_flooding_organisation_is_told_to_wait_and_another_is_served_beside_it() {
+    let fake = FakeUpstream::start().await;
+    fake.set_default(Reply::Text(vec!["Fine."], (5, 1)));
+    fake.set_delay(std::time::Duration::from_millis(1200));
+    let mut vars = fake.env();
+    vars.retain(|(k, _)| *k != "CALLSTREAM_LLM__UPSTREAM__TIMEOUT_MS");
+    vars.push(("CALLSTREAM_LLM__UPSTREAM__TIMEOUT_MS", "20000".into()));
+    vars.push(("CALLSTREAM_LLM__PARALLEL", "2".into()));
+    vars.push(("CALLSTREAM_LLM__QUEUE_PER_ORG", "2".into()));
+    let env = Env::with(vars);
+    let server = env.serve();
+    let (_, _, flood_key) = env.org_with_key("Flood");
+    let (_, _, other_key) = env.org_with_key("Other");
+    let client = reqwest::Client::new();
+    let ask = |key: String| {
+        let client = client.clone();
+        let url = server.url(URL);
+        async move {
+            let response = client
+                .post(url)
+                .header("X-API-Key", key)
+                .json(&json!({"messages": [{"role": "user", "content": "hi"}],
+                              "return_markdown": false, "max_tokens": 5}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let retry = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+            let body: serde_json::Value = response.json().await.unwrap();
+            (status, retry, body, std::time::Instant::now())
+        }
+    };
+    // Six at once from one organisation: one runs (its share of two places), two wait, three
+    // are refused.
+    let flood: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(ask(flood_key.clone())))
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, _, body, other_done) = ask(other_key.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let mut answered = Vec::new();
+    let mut refused = 0;
+    for task in flood {
+        let (status, retry, body, done) = task.await.unwrap();
+        match status {
+            200 => answered.push(done),
+            429 => {
+                refused += 1;
+                assert_eq!(body["error"]["code"], "model_busy", "{body}");
+                assert!(retry.is_some_and(|s| s >= 1), "429 without Retry-After");
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert_eq!((answered.len(), refused), (3, 3));
+    // The other organisation did not wait for the flood: it was answered before the flood's
+    // last request, which waited for two others of its own.
+    assert!(answered.iter().filter(|&&t| t > other_done).count() >= 2);
+}

@@ -780,7 +780,7 @@ async fn a_sign_in_page_flood_cannot_evict_live_call_nonces() {
     drop(ws);
     // More sign-in pages than the in-process tables hold, from many connections.
     let started = Instant::now();
-    let statuses = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let statuses = Arc::new(parking_lot::Mutex::new(std::collections::BTreeMap::new()));
     let flood = (0..16).map(|_| {
         let url = server.url("/dashboard/login");
         let statuses = statuses.clone();
@@ -788,14 +788,14 @@ async fn a_sign_in_page_flood_cannot_evict_live_call_nonces() {
             let client = reqwest::Client::new();
             for _ in 0..6_300 {
                 let status = client.get(&url).send().await.unwrap().status().as_u16();
-                *statuses.lock().unwrap().entry(status).or_insert(0) += 1;
+                *statuses.lock().entry(status).or_insert(0) += 1;
             }
         })
     });
     for task in futures_util::future::join_all(flood).await {
         task.unwrap();
     }
-    let statuses = statuses.lock().unwrap().clone();
+    let statuses = statuses.lock().clone();
     // The page is rate-limited per address: a burst of 60, then one a second.
     let allowed = 61 + started.elapsed().as_secs();
     assert!(

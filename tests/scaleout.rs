@@ -568,3 +568,108 @@ async fn the_cli_reaches_the_running_server_or_refuses_naming_both_stores() {
         .unwrap();
     assert_eq!(account.status(), 200);
 }
+
+/// An upgrade to `path` on `server` with `headers`: the HTTP status it is answered with (101
+/// when it is taken) and the socket, if any.
+async fn upgrade(
+    request: tokio_tungstenite::tungstenite::handshake::client::Request,
+) -> (
+    u16,
+    Option<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+    >,
+) {
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, response)) => (response.status().as_u16(), Some(ws)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            (response.status().as_u16(), None)
+        }
+        Err(e) => panic!("upgrade failed: {e}"),
+    }
+}
+
+/// A plan's caps hold over both instances together: realtime sessions and live calls open on
+/// either count on the other, and keys and connectors added on either count on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_organisations_caps_hold_over_every_instance() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let (_fake, env_a, a, env_b, b) = two_instances(&[
+        ("CALLSTREAM_PLANS__FREE__MAX_REALTIME_SESSIONS", "2"),
+        ("CALLSTREAM_PLANS__FREE__MAX_LIVE_CALLS", "1"),
+        ("CALLSTREAM_PLANS__FREE__MAX_API_KEYS", "3"),
+        ("CALLSTREAM_PLANS__FREE__MAX_CONNECTORS", "1"),
+    ])
+    .await;
+    let (org, _, secret) = env_a.org_with_key("Acme");
+    let realtime = |server: &Server| {
+        let mut req = server
+            .url("/api/llm/chat/realtime")
+            .replace("http://", "ws://")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("x-api-key", secret.parse().unwrap());
+        req
+    };
+    let (status, one) = upgrade(realtime(&a)).await;
+    assert_eq!(status, 101);
+    let (status, two) = upgrade(realtime(&b)).await;
+    assert_eq!(status, 101);
+    // Two open, one on each: a third is refused on either instance.
+    assert_eq!(upgrade(realtime(&a)).await.0, 429);
+    assert_eq!(upgrade(realtime(&b)).await.0, 429);
+    // A session that closes frees its place for the other instance.
+    drop(one);
+    let mut taken = false;
+    for _ in 0..100 {
+        if let (101, Some(ws)) = upgrade(realtime(&b)).await {
+            drop(ws);
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(taken, "the closed session's place never came free");
+    drop(two);
+
+    // One live call in all: the first takes it on A, the second is refused on B.
+    let (client_id, client_secret) = env_a.connector(&org);
+    let first = {
+        let request = call_request(&a, &client_id, &client_secret);
+        tokio::spawn(stream_call(
+            request,
+            30,
+            Duration::from_millis(100),
+            Arc::new(AtomicU64::new(0)),
+        ))
+    };
+    // The first call has taken its place before the second asks.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut refused = false;
+    for _ in 0..100 {
+        let (status, ws) = upgrade(call_request(&b, &client_id, &client_secret)).await;
+        drop(ws);
+        if status == 429 {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "a second call was taken beside the first");
+    first.await.unwrap();
+
+    // Keys and connectors: three keys and one connector in all, whichever instance adds them.
+    env_b.key(&org);
+    env_a.key(&org);
+    let over = env_b.cli(&["key", "create", &org]);
+    assert!(!over.status.success());
+    assert!(
+        String::from_utf8_lossy(&over.stderr).contains("as many as its plan allows"),
+        "{}",
+        String::from_utf8_lossy(&over.stderr)
+    );
+    let over = env_b.cli(&["connector", "create", &org]);
+    assert!(!over.status.success());
+}

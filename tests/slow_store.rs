@@ -61,9 +61,9 @@ impl Store for Slow {
         self.wait().await;
         self.inner.orgs().await
     }
-    async fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+    async fn insert_api_key(&self, key: &ApiKey, most: usize) -> Result<(), StoreError> {
         self.wait().await;
-        self.inner.insert_api_key(key).await
+        self.inner.insert_api_key(key, most).await
     }
     async fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError> {
         self.wait().await;
@@ -81,9 +81,14 @@ impl Store for Slow {
         self.wait().await;
         self.inner.api_keys(org_id).await
     }
-    async fn insert_connector(&self, c: &Connector, secret: &[u8]) -> Result<(), StoreError> {
+    async fn insert_connector(
+        &self,
+        c: &Connector,
+        secret: &[u8],
+        most: usize,
+    ) -> Result<(), StoreError> {
         self.wait().await;
-        self.inner.insert_connector(c, secret).await
+        self.inner.insert_connector(c, secret, most).await
     }
     async fn rotate_connector(
         &self,

@@ -4,9 +4,14 @@
 //! at most the audio since the last write.
 //!
 //! Calls stream against leases: before it serves audio a call takes a slice of the
-//! organisation's audio pool ([`BillingMsg::Lease`]) and takes another when that slice is used
-//! up; an organisation with nothing left gets no slice. A lease is a reservation in the
+//! organisation's audio pool ([`BillingMsg::Lease`]) and asks for the next one ahead of need;
+//! an organisation with nothing left gets no slice. A lease is a reservation in the
 //! [`QuotaGate`], handed back as the audio it covers reaches the ledger or when the call ends.
+//!
+//! Nothing the actor does waits on the store inside its handler: a write goes to a task of its
+//! own, one at a time, which reports back by message ([`BillingMsg::Written`]), and so does
+//! each reservation ([`BillingMsg::Granted`]). A slow disk or database therefore delays only
+//! the answers that depend on it, never another call's lease or audio.
 //!
 //! Amounts are whole milliseconds derived from whole samples (8 per millisecond at 8 kHz), so
 //! a call's ledger rows add up to exactly the audio it streamed, rounded down to the
@@ -26,6 +31,27 @@ pub const SAMPLES_PER_MS: u64 = 8;
 /// Milliseconds in a UTC day: a call's running total starts a new row each day.
 const DAY_MS: i64 = 86_400_000;
 
+/// Where the answer to a [`BillingMsg::Lease`] goes: called once with the milliseconds
+/// granted, or why none could be.
+pub struct LeaseReply(Box<dyn FnOnce(Result<u64, UsageError>) + Send>);
+
+impl LeaseReply {
+    /// A reply that calls `f`.
+    pub fn new(f: impl FnOnce(Result<u64, UsageError>) + Send + 'static) -> Self {
+        Self(Box::new(f))
+    }
+
+    fn send(self, answer: Result<u64, UsageError>) {
+        (self.0)(answer);
+    }
+}
+
+impl std::fmt::Debug for LeaseReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseReply")
+    }
+}
+
 /// Messages of the [`Billing`] actor.
 #[derive(Debug)]
 pub enum BillingMsg {
@@ -43,17 +69,19 @@ pub enum BillingMsg {
         /// Samples per channel, 8 kHz.
         samples: u64,
     },
-    /// A call asks for another slice of the audio pool. Answers the milliseconds granted:
-    /// up to `want_ms`, zero when nothing is left.
+    /// A call asks for another slice of the audio pool. Answered by `reply` with the
+    /// milliseconds granted: up to `want_ms`, zero when nothing is left (or the call is not
+    /// metered).
     Lease {
         /// Call id.
         call: String,
         /// Milliseconds of audio wanted.
         want_ms: u64,
         /// The answer.
-        reply: RpcReplyPort<Result<u64, UsageError>>,
+        reply: LeaseReply,
     },
-    /// The call ended: write the rest and forget it. Answers the call's total, in ms.
+    /// The call ended: write the rest and forget it. Answers the call's total, in ms, once it
+    /// is written.
     End {
         /// Call id.
         call: String,
@@ -62,9 +90,37 @@ pub enum BillingMsg {
     },
     /// Write what is new for every call (sent by the actor's own timer).
     Flush,
+    /// A reservation asked for by [`BillingMsg::Lease`] came back (sent by the actor's task).
+    Granted {
+        /// Call id.
+        call: String,
+        /// Whose pool it was reserved from.
+        org: String,
+        /// Milliseconds reserved, or why not.
+        answer: Result<u64, UsageError>,
+        /// Where the call's answer goes.
+        reply: LeaseReply,
+    },
+    /// A write came back (sent by the writer task).
+    Written {
+        /// What it wrote per call.
+        rows: Vec<WrittenRow>,
+        /// Whether it did.
+        outcome: Result<(), UsageError>,
+    },
 }
 
-/// How long a call waits for the billing actor before it gives up on an answer.
+/// One call's part of a write.
+#[derive(Debug, Clone)]
+pub struct WrittenRow {
+    call: String,
+    at_ms: i64,
+    total: u64,
+    due: u64,
+    give_back: u64,
+}
+
+/// How long a call waits for the billing actor's answer to its end before it gives up on it.
 pub const BILLING_WAIT: Duration = Duration::from_secs(5);
 
 /// Ends a call's metering: writes the rest of its usage and logs the outcome. A write that
@@ -88,25 +144,25 @@ pub async fn end_call(billing: &ActorRef<BillingMsg>, call_id: &str) {
     }
 }
 
-/// Asks for another slice of the audio pool for `call_id`, waiting at most [`BILLING_WAIT`].
+/// Asks for another slice of the audio pool for `call_id` and waits for the answer (for
+/// callers that have nothing else to do meanwhile; a call's supervisor asks by message).
 pub async fn lease(
     billing: &ActorRef<BillingMsg>,
     call_id: &str,
     want_ms: u64,
 ) -> Result<u64, UsageError> {
-    let call = call_id.to_owned();
-    match ractor::call_t!(
-        billing,
-        |reply| BillingMsg::Lease {
-            call,
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    billing
+        .cast(BillingMsg::Lease {
+            call: call_id.to_owned(),
             want_ms,
-            reply
-        },
-        BILLING_WAIT.as_millis() as u64
-    ) {
-        Ok(answer) => answer,
-        Err(e) => Err(UsageError::Store(format!("billing did not answer: {e}"))),
-    }
+            reply: LeaseReply::new(move |answer| {
+                let _ = tx.send(answer);
+            }),
+        })
+        .map_err(|e| UsageError::Store(format!("billing is not running: {e}")))?;
+    rx.await
+        .map_err(|_| UsageError::Store("billing did not answer".into()))?
 }
 
 /// The actor's arguments.
@@ -151,6 +207,12 @@ impl Meter {
 pub struct BillingState {
     args: BillingArgs,
     calls: HashMap<String, Meter>,
+    /// A write is in flight (one at a time, so rows are written in order).
+    writing: bool,
+    /// Something asked for a write while one was in flight: another follows it.
+    again: bool,
+    /// Ended calls waiting for their last write, with whoever waits for it.
+    ends: Vec<(String, RpcReplyPort<Result<u64, UsageError>>)>,
 }
 
 /// The billing actor.
@@ -167,14 +229,14 @@ impl BillingState {
         }
     }
 
-    /// Writes the running totals of `calls` (all when `None`) that grew, in one batch; a
-    /// failed write is kept for the next flush.
-    async fn flush(&mut self, only: Option<&str>) -> Result<(), UsageError> {
+    /// The running totals of the calls that grew, as ledger rows, and what each row gives
+    /// back of its call's lease.
+    fn due_rows(&self) -> (Vec<UsageEvent>, Vec<WrittenRow>) {
         let now = (self.args.now_ms)();
         let mut rows = Vec::new();
         let mut written = Vec::new();
         for (id, m) in &self.calls {
-            if only.is_some_and(|o| o != id.as_str()) || m.due_ms() == 0 {
+            if m.due_ms() == 0 {
                 continue;
             }
             let due = m.due_ms();
@@ -195,43 +257,108 @@ impl BillingState {
                 call_id: Some(id.clone()),
             });
             // What the call gives back of its lease, in the same step as the write.
-            let give_back = due.min(m.outstanding_ms());
-            written.push((id.clone(), at_ms, before + due, due, give_back));
+            written.push(WrittenRow {
+                call: id.clone(),
+                at_ms,
+                total: before + due,
+                due,
+                give_back: due.min(m.outstanding_ms()),
+            });
         }
-        let mut result = Ok(());
-        if !rows.is_empty() {
-            let given: Vec<u64> = written.iter().map(|w| w.4).collect();
-            let release: Vec<(&str, u64)> = rows
-                .iter()
-                .zip(given)
-                .filter(|(_, ms)| *ms > 0)
-                .map(|(row, ms)| (row.org_id.as_str(), ms))
-                .collect();
-            // The gate's store keeps its blocking writes (an fsync) off the async workers.
-            let outcome = self
-                .args
-                .gate
-                .checkpoint(self.args.sink.as_ref(), &rows, &release)
-                .await;
-            match outcome {
-                Ok(()) => {
-                    for (id, at_ms, total, due, give_back) in written {
-                        if let Some(m) = self.calls.get_mut(&id) {
-                            m.row_at_ms = at_ms;
-                            m.row_ms = total;
-                            m.billed_ms += due;
-                            m.released_ms += give_back;
-                        }
+        (rows, written)
+    }
+
+    /// Writes `rows` (and gives back their leases) in one step.
+    async fn write(
+        sink: &dyn UsageSink,
+        gate: &dyn QuotaGate,
+        rows: &[UsageEvent],
+        written: &[WrittenRow],
+    ) -> Result<(), UsageError> {
+        let release: Vec<(&str, u64)> = rows
+            .iter()
+            .zip(written)
+            .filter(|(_, w)| w.give_back > 0)
+            .map(|(row, w)| (row.org_id.as_str(), w.give_back))
+            .collect();
+        // The gate's store keeps its blocking writes (an fsync) off the async workers.
+        gate.checkpoint(sink, rows, &release).await
+    }
+
+    /// Starts a write of what is due, on the writer task; after the one in flight, if any.
+    fn flush(&mut self, myself: &ActorRef<BillingMsg>) {
+        if self.writing {
+            self.again = true;
+            return;
+        }
+        self.again = false;
+        let (rows, written) = self.due_rows();
+        if rows.is_empty() {
+            self.settled(&Ok(()));
+            return;
+        }
+        self.writing = true;
+        let sink = self.args.sink.clone();
+        let gate = self.args.gate.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let outcome = Self::write(sink.as_ref(), gate.as_ref(), &rows, &written).await;
+            if let Err(e) = me.cast(BillingMsg::Written {
+                rows: written,
+                outcome,
+            }) {
+                // The actor has stopped; it wrote what was left itself when it did.
+                tracing::debug!(error = %e, "a usage write finished after billing stopped");
+            }
+        });
+    }
+
+    /// A write came back: what it wrote is billed and its leases given back.
+    fn written(&mut self, rows: Vec<WrittenRow>, outcome: &Result<(), UsageError>) {
+        match outcome {
+            Ok(()) => {
+                for w in rows {
+                    if let Some(m) = self.calls.get_mut(&w.call) {
+                        m.row_at_ms = w.at_ms;
+                        m.row_ms = w.total;
+                        m.billed_ms += w.due;
+                        m.released_ms += w.give_back;
                     }
                 }
-                Err(e) => {
-                    tracing::error!(calls = written.len(), error = %e,
-                        "live-call usage not written; kept for the next flush");
-                    result = Err(e);
+            }
+            Err(e) => {
+                tracing::error!(calls = rows.len(), error = %e,
+                    "live-call usage not written; kept for the next flush");
+            }
+        }
+    }
+
+    /// Answers the ends whose calls are written (or whose write failed), and forgets the ended
+    /// calls that are: what is left of their lease goes back.
+    fn settled(&mut self, outcome: &Result<(), UsageError>) {
+        let calls = &self.calls;
+        let mut waiting = Vec::new();
+        for (call, reply) in self.ends.drain(..) {
+            match calls.get(&call) {
+                Some(m) if m.due_ms() > 0 => match outcome {
+                    Err(e) => {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                    Ok(()) => waiting.push((call, reply)),
+                },
+                Some(m) => {
+                    let _ = reply.send(Ok(m.samples / SAMPLES_PER_MS));
+                }
+                None => {
+                    let _ = reply.send(Ok(0));
                 }
             }
         }
-        // Ended calls whose usage is all written are done; what is left of their lease goes back.
+        if !waiting.is_empty() {
+            // Audio counted after the write began: one more write covers it.
+            self.again = true;
+        }
+        self.ends = waiting;
         let gate = self.args.gate.clone();
         self.calls.retain(|_, m| {
             let done = m.ended && m.due_ms() == 0;
@@ -240,7 +367,6 @@ impl BillingState {
             }
             !done
         });
-        result
     }
 }
 
@@ -258,12 +384,15 @@ impl Actor for Billing {
         Ok(BillingState {
             args,
             calls: HashMap::new(),
+            writing: false,
+            again: false,
+            ends: Vec::new(),
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -297,34 +426,73 @@ impl Actor for Billing {
                     .filter(|m| !m.ended)
                     .map(|m| m.account.org_id.clone())
                 else {
-                    let _ = reply.send(Ok(0));
+                    reply.send(Ok(0));
                     return Ok(());
                 };
                 let now = (state.args.now_ms)();
-                let answer = state
-                    .args
-                    .gate
-                    .reserve(&org_id, UsageKind::AudioMs, want_ms, now)
-                    .await;
-                if let (Ok(granted), Some(m)) = (&answer, state.calls.get_mut(&call)) {
-                    m.leased_ms += granted;
-                }
-                let _ = reply.send(answer);
+                let gate = state.args.gate.clone();
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let answer = gate
+                        .reserve(&org_id, UsageKind::AudioMs, want_ms, now)
+                        .await;
+                    let granted = answer.as_ref().ok().copied();
+                    // The call is answered by the actor, once the grant is recorded.
+                    if let Err(e) = me.cast(BillingMsg::Granted {
+                        call,
+                        org: org_id.clone(),
+                        answer,
+                        reply,
+                    }) {
+                        // Billing has stopped: nothing will serve this lease; give it back.
+                        tracing::debug!(error = %e, "a lease came back after billing stopped");
+                        if let Some(ms) = granted.filter(|ms| *ms > 0) {
+                            gate.release(&org_id, UsageKind::AudioMs, ms);
+                        }
+                    }
+                });
             }
-            BillingMsg::End { call, reply } => {
-                if let Some(m) = state.calls.get_mut(&call) {
+            BillingMsg::Granted {
+                call,
+                org,
+                answer,
+                reply,
+            } => match answer {
+                Ok(granted) => match state.calls.get_mut(&call).filter(|m| !m.ended) {
+                    Some(m) => {
+                        m.leased_ms += granted;
+                        reply.send(Ok(granted));
+                    }
+                    None => {
+                        // The call ended meanwhile: the slice goes back at once.
+                        if granted > 0 {
+                            state.args.gate.release(&org, UsageKind::AudioMs, granted);
+                        }
+                        reply.send(Ok(0));
+                    }
+                },
+                Err(e) => reply.send(Err(e)),
+            },
+            BillingMsg::End { call, reply } => match state.calls.get_mut(&call) {
+                Some(m) => {
                     m.ended = true;
+                    state.ends.push((call, reply));
+                    state.flush(&myself);
                 }
-                let total = state
-                    .calls
-                    .get(&call)
-                    .map_or(0, |m| m.samples / SAMPLES_PER_MS);
-                let result = state.flush(Some(&call)).await.map(|()| total);
-                let _ = reply.send(result);
-            }
-            BillingMsg::Flush => {
-                // Errors are logged inside; the rest is retried next time.
-                let _ = state.flush(None).await;
+                // Not metered here: answered once the write in flight, if any, is done.
+                None if state.writing => state.ends.push((call, reply)),
+                None => {
+                    let _ = reply.send(Ok(0));
+                }
+            },
+            BillingMsg::Flush => state.flush(&myself),
+            BillingMsg::Written { rows, outcome } => {
+                state.writing = false;
+                state.written(rows, &outcome);
+                state.settled(&outcome);
+                if state.again {
+                    state.flush(&myself);
+                }
             }
         }
         Ok(())
@@ -335,7 +503,25 @@ impl Actor for Billing {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let _ = state.flush(None).await;
+        // What is due is written here, before the actor is gone (a write in flight covers the
+        // rows it took; these are written again over them, as running totals are).
+        let (rows, mut written) = state.due_rows();
+        if state.writing {
+            // The write in flight gives back its rows' leases; these give back nothing.
+            for w in &mut written {
+                w.give_back = 0;
+            }
+        }
+        if !rows.is_empty() {
+            let outcome = BillingState::write(
+                state.args.sink.as_ref(),
+                state.args.gate.as_ref(),
+                &rows,
+                &written,
+            )
+            .await;
+            state.written(written, &outcome);
+        }
         Ok(())
     }
 }
@@ -467,6 +653,12 @@ mod tests {
         ractor::call!(billing, |reply| BillingMsg::End { call, reply }).unwrap()
     }
 
+    /// Waits for the write in flight, if any: the end of a call that does not exist is
+    /// answered once nothing is being written.
+    async fn written(billing: &ActorRef<BillingMsg>) {
+        assert_eq!(end(billing, "no such call").await.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn running_totals_add_up_to_the_streamed_audio_in_one_batch_per_flush() {
         let ledger = Arc::new(Ledger::default());
@@ -507,6 +699,7 @@ mod tests {
         // Call a streams 10 s; once written, its lease still covers the other 20 s.
         audio(&billing, "a", 80_000);
         billing.cast(BillingMsg::Flush).unwrap();
+        written(&billing).await;
         assert_eq!(lease(&billing, "a", 30_000).await.unwrap(), 0);
         assert_eq!(*ledger.reserved.lock(), 40_000);
         // Call b ends having used 5 s: the rest of its lease goes back to the pool.
@@ -530,8 +723,7 @@ mod tests {
         assert!(end(&billing, "c").await.is_err());
         ledger.fail.store(false, Ordering::SeqCst);
         billing.cast(BillingMsg::Flush).unwrap();
-        // A lease asked after the flush is answered after it: the write has happened by then.
-        lease(&billing, "c", 1).await.unwrap();
+        written(&billing).await;
         assert_eq!(ledger.billed(), 10_000);
         billing.stop(None);
     }
@@ -543,14 +735,14 @@ mod tests {
         begin(&billing, "c");
         audio(&billing, "c", 800);
         tokio::time::sleep(Duration::from_millis(900)).await;
-        lease(&billing, "c", 1).await.unwrap();
+        written(&billing).await;
         assert_eq!(ledger.billed(), 0, "not before the period");
         tokio::time::sleep(Duration::from_millis(101)).await;
-        lease(&billing, "c", 1).await.unwrap();
+        written(&billing).await;
         assert_eq!(ledger.billed(), 100);
         audio(&billing, "c", 800);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        lease(&billing, "c", 1).await.unwrap();
+        written(&billing).await;
         assert_eq!(ledger.billed(), 200);
         billing.stop(None);
     }

@@ -104,7 +104,7 @@ impl Allowance {
 }
 
 /// Errors of the metering ports.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum UsageError {
     /// The organisation is not known to the store.
     #[error("unknown organisation {0}")]

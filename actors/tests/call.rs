@@ -101,6 +101,8 @@ fn utterances(samples: &[i16]) -> Vec<(u64, usize)> {
 struct Ledger {
     rows: Mutex<std::collections::BTreeMap<(String, i64), u64>>,
     allowance: Mutex<Allowance>,
+    /// How long each write and each reservation takes (a slow disk or database).
+    delay: Mutex<Duration>,
 }
 
 impl Default for Ledger {
@@ -108,6 +110,16 @@ impl Default for Ledger {
         Self {
             rows: Mutex::default(),
             allowance: Mutex::new(Allowance::Unlimited),
+            delay: Mutex::new(Duration::ZERO),
+        }
+    }
+}
+
+impl Ledger {
+    async fn slow(&self) {
+        let delay = *self.delay.lock();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
     }
 }
@@ -119,6 +131,7 @@ impl UsageSink for Ledger {
     }
 
     async fn checkpoint(&self, totals: &[UsageEvent]) -> Result<(), UsageError> {
+        self.slow().await;
         let mut rows = self.rows.lock();
         for t in totals {
             rows.insert((t.call_id.clone().unwrap(), t.at_ms), t.amount);
@@ -134,6 +147,7 @@ impl QuotaGate for Ledger {
     }
 
     async fn reserve(&self, _: &str, _: UsageKind, want: u64, _: i64) -> Result<u64, UsageError> {
+        self.slow().await;
         let mut allowance = self.allowance.lock();
         Ok(match *allowance {
             Allowance::Unlimited => want,
@@ -186,14 +200,29 @@ struct Call {
 
 impl Call {
     async fn start(pool: Arc<AsrPool>, settings: CallSettings) -> Self {
-        let ledger = Arc::new(Ledger::default());
+        Self::start_with(
+            pool,
+            settings,
+            Arc::new(Ledger::default()),
+            Duration::from_secs(3600),
+        )
+        .await
+    }
+
+    /// A call whose billing writes to `ledger` every `flush_every`.
+    async fn start_with(
+        pool: Arc<AsrPool>,
+        settings: CallSettings,
+        ledger: Arc<Ledger>,
+        flush_every: Duration,
+    ) -> Self {
         let (billing, _) = Actor::spawn(
             None,
             Billing,
             BillingArgs {
                 sink: ledger.clone(),
                 gate: ledger.clone(),
-                flush_every: Duration::from_secs(3600),
+                flush_every,
                 now_ms: || 1_700_000_000_000,
             },
         )
@@ -545,4 +574,47 @@ async fn a_call_ended_from_outside_is_disconnected_as_unauthorized_and_billed() 
     let (_, end) = call.rest().await;
     assert_eq!(end, CallEnd::Disconnected(DisconnectReason::Revoked));
     assert_eq!(call.ledger.billed_ms(), 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_takes_two_seconds_per_write_delays_no_frame_and_every_second_is_billed() {
+    let engine = ScriptedEngine::default();
+    let ledger = Arc::new(Ledger::default());
+    *ledger.allowance.lock() = Allowance::Remaining(3_600_000);
+    // Billing writes every second, each write taking two; leases come in 30 s slices.
+    let mut call = Call::start_with(
+        pool(&engine, 1, 64),
+        CallSettings::default(),
+        ledger.clone(),
+        Duration::from_secs(1),
+    )
+    .await;
+    call.open().await;
+    // From now on every write and every reservation takes two seconds (set after `open`: the
+    // test waits for `opened` on a thread, during which the paused clock stands still).
+    *ledger.delay.lock() = Duration::from_secs(2);
+    // Two minutes of audio in real time, 200 ms a frame: each frame must have reached its
+    // transcriber (which gives its credit back) before the next is due.
+    let frames = 600;
+    for i in 0..frames {
+        assert_eq!(
+            call.credits.available_permits(),
+            16,
+            "frame {i} of {frames} was held back"
+        );
+        let credit = call.credit().await;
+        call.supervisor
+            .cast(CallMsg::Audio(vec![0xFF; FRAME_BYTES], credit))
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    call.text("close", json!({"reason": "end"})).await;
+    // The last writes take their two seconds each on the paused clock, which stands still
+    // while the test waits for the call's messages: let it run first.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (messages, end) = call.rest().await;
+    assert_eq!(messages.last().unwrap()["type"], "closed");
+    assert_eq!(end, CallEnd::Closed);
+    // 600 frames of 200 ms, each second of them in the ledger.
+    assert_eq!(ledger.billed_ms(), 120_000);
 }

@@ -301,6 +301,9 @@ pub enum AdminError {
     /// The request cannot be carried out as asked.
     #[error("{0}")]
     Invalid(String),
+    /// The organisation has as many keys or connectors as its plan allows.
+    #[error("{0}")]
+    Cap(String),
     /// The store failed.
     #[error("{0}")]
     Store(String),
@@ -314,6 +317,7 @@ impl From<StoreError> for AdminError {
         match e {
             StoreError::NotFound { .. } => AdminError::NotFound(e.to_string()),
             StoreError::Exists { .. } => AdminError::Invalid(e.to_string()),
+            StoreError::Cap { .. } => AdminError::Cap(e.to_string()),
             other => AdminError::Store(other.to_string()),
         }
     }
@@ -390,6 +394,16 @@ impl Admin {
             return Err(AdminError::Invalid(format!("organisation {id} is deleted")));
         }
         Ok(org)
+    }
+
+    /// The plan of `org`; one the configuration no longer names caps nothing (its requests
+    /// are refused where the plan is needed, as `plan_not_configured`).
+    fn plan_of(&self, org: &Org) -> crate::config::Plan {
+        self.config
+            .plans
+            .get(&org.plan)
+            .cloned()
+            .unwrap_or_else(crate::config::Plan::unlimited)
     }
 
     /// Carries out one operation.
@@ -469,6 +483,7 @@ impl Admin {
             }
             AdminRequest::KeyCreate { org, name } => {
                 let org = self.org(&org, true).await?;
+                let most = self.plan_of(&org).max_api_keys;
                 let secret = keys::new_api_key_secret();
                 let key = ApiKey {
                     id: new_id("key_", 10),
@@ -479,7 +494,7 @@ impl Admin {
                     created_at_ms: now,
                     revoked_at_ms: None,
                 };
-                self.store.insert_api_key(&key).await?;
+                self.store.insert_api_key(&key, most).await?;
                 Ok(AdminResponse::KeyCreated {
                     key: key_view(&key),
                     secret,
@@ -535,6 +550,7 @@ impl Admin {
             }))),
             AdminRequest::ConnectorCreate { org, name } => {
                 let org = self.org(&org, true).await?;
+                let most = self.plan_of(&org).max_connectors;
                 let (secret, text) = keys::new_client_secret();
                 let connector = Connector {
                     client_id: new_id("cc_", 16),
@@ -544,7 +560,9 @@ impl Admin {
                     rotated_at_ms: None,
                     revoked_at_ms: None,
                 };
-                self.store.insert_connector(&connector, &secret).await?;
+                self.store
+                    .insert_connector(&connector, &secret, most)
+                    .await?;
                 Ok(AdminResponse::ConnectorSecret {
                     connector: connector_view(&connector),
                     client_secret: text,

@@ -1,55 +1,53 @@
-//! Caps on what one caller holds open at once (realtime sessions per API key, live calls per
-//! connector and per organisation): a count per name, and a [`Slot`] guard that gives its place
-//! back when dropped, however the session or call ends.
+//! Places under caps: an organisation's concurrent live calls, realtime sessions and file
+//! transcriptions, a connector's calls, a key's realtime sessions. A place is held for as long
+//! as its [`Slot`] lives. They are counted in the shared state ([`SharedState::take_place`]),
+//! so with several instances on one PostgreSQL a cap holds in total, not per instance.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Counts of open things by name.
-#[derive(Debug, Default)]
+use crate::store::{SharedState, StoreError};
+
+/// Takes places in the shared state.
 pub struct Slots {
-    // A parking_lot Mutex: a map update per open and close, never held across an await.
-    counts: Mutex<HashMap<String, usize>>,
+    shared: Arc<dyn SharedState>,
 }
 
 /// A place taken in [`Slots`]; dropping it frees the place.
-#[derive(Debug)]
 pub struct Slot {
-    slots: Arc<Slots>,
+    shared: Arc<dyn SharedState>,
     name: String,
+    holder: String,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot").field("name", &self.name).finish()
+    }
 }
 
 impl Slots {
-    /// Takes a place under `name` if fewer than `max` are taken.
-    pub fn try_acquire(self: &Arc<Self>, name: &str, max: usize) -> Option<Slot> {
-        let mut counts = self.counts.lock();
-        let count = counts.entry(name.to_owned()).or_default();
-        if *count >= max {
-            return None;
-        }
-        *count += 1;
-        Some(Slot {
-            slots: self.clone(),
-            name: name.to_owned(),
-        })
+    /// Places kept in `shared`.
+    pub fn new(shared: Arc<dyn SharedState>) -> Self {
+        Self { shared }
     }
 
-    /// Places taken under `name`.
-    pub fn taken(&self, name: &str) -> usize {
-        self.counts.lock().get(name).copied().unwrap_or(0)
+    /// Takes a place under `name` if fewer than `max` are taken; `None` when all are.
+    pub async fn try_acquire(&self, name: &str, max: usize) -> Result<Option<Slot>, StoreError> {
+        let holder = uuid::Uuid::new_v4().simple().to_string();
+        if !self.shared.take_place(name, &holder, max).await? {
+            return Ok(None);
+        }
+        Ok(Some(Slot {
+            shared: self.shared.clone(),
+            name: name.to_owned(),
+            holder,
+        }))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut counts = self.slots.counts.lock();
-        if let Some(count) = counts.get_mut(&self.name) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.name);
-            }
-        }
+        self.shared.leave_place(&self.name, &self.holder);
     }
 }
 
@@ -57,17 +55,17 @@ impl Drop for Slot {
 mod tests {
     use super::*;
 
-    #[test]
-    fn places_are_capped_and_given_back() {
-        let slots = Arc::new(Slots::default());
-        let a = slots.try_acquire("k", 2).unwrap();
-        let b = slots.try_acquire("k", 2).unwrap();
-        assert!(slots.try_acquire("k", 2).is_none());
-        assert!(slots.try_acquire("other", 2).is_some());
+    #[tokio::test]
+    async fn places_are_capped_and_given_back() {
+        let slots = Slots::new(Arc::new(crate::store::shared::Local::default()));
+        let a = slots.try_acquire("k", 2).await.unwrap().unwrap();
+        let b = slots.try_acquire("k", 2).await.unwrap().unwrap();
+        assert!(slots.try_acquire("k", 2).await.unwrap().is_none());
+        assert!(slots.try_acquire("other", 2).await.unwrap().is_some());
         drop(a);
-        assert_eq!(slots.taken("k"), 1);
-        let _c = slots.try_acquire("k", 2).unwrap();
+        let _c = slots.try_acquire("k", 2).await.unwrap().unwrap();
+        assert!(slots.try_acquire("k", 2).await.unwrap().is_none());
         drop(b);
-        assert_eq!(slots.taken("k"), 1);
+        assert!(slots.try_acquire("k", 2).await.unwrap().is_some());
     }
 }

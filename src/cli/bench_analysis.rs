@@ -384,6 +384,7 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
         response_format: None,
         odds: None,
         tenant: None,
+        class: callstream::llm::fair::Class::default(),
     };
     provider.generate(generation, None).await?;
     Ok(())

@@ -627,8 +627,13 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
             )
         }
     };
+    // A plan's cap (keys, connectors) is said on the page, answered 429 as the API would.
+    let capped = matches!(result, Err(AdminError::Cap(_)));
     let notice = result.unwrap_or_else(|e| Notice::Error(e.to_string()));
     let mut r = page_for(app, s, page, Some(notice)).await;
+    if capped && r.status() == StatusCode::OK {
+        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    }
     if r.status() == StatusCode::OK {
         // The result page shows secrets once: never from a cache.
         r.headers_mut()
@@ -668,10 +673,15 @@ fn mcp_of(form: &Form) -> Result<Option<McpIntegration>, String> {
 async fn live_feed(app: &App, ctx: &Ctx, s: Session) -> Response<Body> {
     let session_id = ctx.session_id.as_deref().unwrap_or_default();
     let max = app.config.dashboard.max_feeds_per_session;
-    let Some(place) = app
+    let place = match app
         .slots
         .try_acquire(&format!("feeds:session:{session_id}"), max)
-    else {
+        .await
+    {
+        Ok(place) => place,
+        Err(e) => return failure(e),
+    };
+    let Some(place) = place else {
         return Response::builder()
             .status(StatusCode::TOO_MANY_REQUESTS)
             .header("retry-after", "5")

@@ -66,7 +66,7 @@ async fn handshake(
         return ApiError::Draining.to_response();
     }
     let verdict = match authenticate(&app, path.as_str(), &query, &headers).await {
-        Ok(account) => match admit(&app, &account) {
+        Ok(account) => match admit(&app, &account).await {
             Ok(slots) => Ok((account, slots)),
             Err(refused) => return refused.to_response(),
         },
@@ -97,28 +97,39 @@ async fn handshake(
         .into_response()
 }
 
-/// Takes the call's places under its connector's and its organisation's caps, or says why not
-/// (answered 429 before the upgrade, so the platform retries later).
-fn admit(app: &App, account: &Account) -> Result<(Slot, Slot), ApiError> {
+/// Takes the call's places under its connector's and its organisation's caps (the plan's
+/// `max_live_calls`, within `calls.max_calls_per_org`), counted over every instance, or says
+/// why not (answered 429 before the upgrade, so the platform retries later).
+async fn admit(app: &App, account: &Account) -> Result<(Slot, Slot), ApiError> {
     let limits = &app.config.calls;
     let too_many = |what: &str, max: usize| ApiError::TooMany {
         code: "too_many_calls",
         message: format!("{what} already has {max} calls in progress"),
     };
+    let store = |e: crate::store::StoreError| ApiError::Auth(AuthError::Store(e));
+    let plan_cap = app
+        .store
+        .org(&account.org_id)
+        .await
+        .map_err(store)?
+        .and_then(|org| app.config.plans.get(&org.plan).map(|p| p.max_live_calls))
+        .unwrap_or(usize::MAX);
+    let org_cap = limits.max_calls_per_org.min(plan_cap);
     let connector = app
         .slots
         .try_acquire(
             &format!("calls:connector:{}", account.key_id),
             limits.max_calls_per_connector,
         )
+        .await
+        .map_err(store)?
         .ok_or_else(|| too_many("this connector", limits.max_calls_per_connector))?;
     let org = app
         .slots
-        .try_acquire(
-            &format!("calls:org:{}", account.org_id),
-            limits.max_calls_per_org,
-        )
-        .ok_or_else(|| too_many("this organisation", limits.max_calls_per_org))?;
+        .try_acquire(&format!("calls:org:{}", account.org_id), org_cap)
+        .await
+        .map_err(store)?
+        .ok_or_else(|| too_many("this organisation", org_cap))?;
     Ok((connector, org))
 }
 

@@ -245,6 +245,7 @@ impl ApiError {
             ApiError::Detailed { error, .. } => error.status(),
             ApiError::Llm(e) => match e {
                 LlmError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "model_busy"),
+                LlmError::OrgBusy { .. } => (StatusCode::TOO_MANY_REQUESTS, "model_busy"),
                 LlmError::ContextOverflow { .. } => {
                     (StatusCode::BAD_REQUEST, "context_length_exceeded")
                 }
@@ -284,6 +285,7 @@ impl ApiError {
             ApiError::Auth(AuthError::RateLimited { retry_after, .. }) => {
                 Some(retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0))
             }
+            ApiError::Llm(LlmError::OrgBusy { retry_after, .. }) => Some(retry_after.as_secs()),
             ApiError::Llm(LlmError::Busy) | ApiError::TooMany { .. } | ApiError::Draining => {
                 Some(1)
             }

@@ -85,28 +85,42 @@ async fn handshake(app: App, ws: Ws, key: Option<String>) -> warp::reply::Respon
     }
     let limits = &app.config.realtime;
     let admitted = match app.auth.authenticate(key.as_deref()).await {
-        Ok(caller) => {
-            let name = format!("realtime:{}", caller.key.id);
-            match app.slots.try_acquire(&name, limits.max_sessions_per_key) {
-                Some(slot) => Ok((caller, slot)),
-                None => {
-                    return ApiError::TooMany {
-                        code: "too_many_sessions",
-                        message: format!(
-                            "this API key already has {} realtime sessions open",
-                            limits.max_sessions_per_key
-                        ),
-                    }
-                    .to_response()
-                }
-            }
-        }
+        Ok(caller) => match take_places(&app, &caller).await {
+            Ok(slots) => Ok((caller, slots)),
+            Err(refused) => return refused.to_response(),
+        },
         Err(e) => Err(e),
     };
     ws.max_message_size(limits.max_frame_bytes)
         .max_frame_size(limits.max_frame_bytes)
         .on_upgrade(move |socket| session(app, key, admitted, socket))
         .into_response()
+}
+
+/// Takes the session's places under its key's cap (`realtime.max_sessions_per_key`) and its
+/// organisation's (the plan's `max_realtime_sessions`), counted over every instance, or says
+/// why not (429 before the upgrade).
+async fn take_places(app: &App, caller: &Caller) -> Result<(Slot, Slot), ApiError> {
+    let store = |e: crate::store::StoreError| ApiError::Auth(AuthError::Store(e));
+    let too_many = |what: &str, max: usize| ApiError::TooMany {
+        code: "too_many_sessions",
+        message: format!("{what} already has {max} realtime sessions open"),
+    };
+    let per_key = app.config.realtime.max_sessions_per_key;
+    let key = app
+        .slots
+        .try_acquire(&format!("realtime:{}", caller.key.id), per_key)
+        .await
+        .map_err(store)?
+        .ok_or_else(|| too_many("this API key", per_key))?;
+    let per_org = caller.plan.max_realtime_sessions;
+    let org = app
+        .slots
+        .try_acquire(&format!("realtime:org:{}", caller.org.id), per_org)
+        .await
+        .map_err(store)?
+        .ok_or_else(|| too_many("this organisation", per_org))?;
+    Ok((key, org))
 }
 
 impl ServerFrame {
@@ -308,7 +322,7 @@ enum End {
 async fn session(
     app: App,
     key: Option<String>,
-    admitted: Result<(Caller, Slot), AuthError>,
+    admitted: Result<(Caller, (Slot, Slot)), AuthError>,
     socket: WebSocket,
 ) {
     let limits = app.config.realtime.clone();

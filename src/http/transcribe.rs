@@ -213,6 +213,18 @@ async fn transcribe(
     form: warp::multipart::FormData,
     limit: u64,
 ) -> Result<warp::reply::Response, ApiError> {
+    // A place under the organisation's cap of files in progress (over every instance), taken
+    // before the body is read: an upload is work too.
+    let cap = caller.plan.max_file_transcriptions;
+    let _place = app
+        .slots
+        .try_acquire(&format!("files:org:{}", caller.org.id), cap)
+        .await
+        .map_err(|e| ApiError::Auth(crate::auth::AuthError::Store(e)))?
+        .ok_or_else(|| ApiError::TooMany {
+            code: "too_many_transcriptions",
+            message: format!("this organisation already has {cap} file transcriptions in progress"),
+        })?;
     let Form {
         file,
         extension,

@@ -219,6 +219,7 @@ impl ChatService {
                             response_format: response_format.clone(),
                             odds: None,
                             tenant: Some(org.id.clone()),
+                            class: super::fair::Class::Interactive,
                         },
                         deltas.as_ref().map(|tx| counted(tx.clone(), streamed.clone())),
                     )

@@ -4,6 +4,8 @@
 
 pub mod chat;
 pub mod embedded;
+pub mod fair;
+pub mod fair_provider;
 pub mod markdown;
 pub mod mcp;
 pub mod pointer;
@@ -131,6 +133,9 @@ pub struct Generation {
     /// only for the same tenant (how fast a first token comes must not tell one organisation
     /// what another's prompt holds); `None` is the service's own work (benchmarks, the CLI).
     pub tenant: Option<String>,
+    /// What the request is for, which decides its turn among other organisations' requests
+    /// ([`fair`]).
+    pub class: fair::Class,
 }
 
 /// Wherever the answer so far ends with `after` (white space aside: a JSON answer may be
@@ -259,9 +264,17 @@ pub type Deltas = Option<tokio::sync::mpsc::Sender<String>>;
 /// Errors of the LLM layer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LlmError {
-    /// The embedded model's queue is full.
+    /// The model's waiting room is full.
     #[error("the language model is busy; retry shortly")]
     Busy,
+    /// The requesting organisation has as many requests waiting for the model as it may.
+    #[error("this organisation has {waiting} requests waiting for the language model; retry after {}s", retry_after.as_secs())]
+    OrgBusy {
+        /// Its requests waiting.
+        waiting: usize,
+        /// When one is likely to have been served.
+        retry_after: std::time::Duration,
+    },
     /// The conversation does not fit the context window.
     #[error("the conversation is {prompt} tokens; the model's window is {limit}")]
     ContextOverflow {
@@ -297,13 +310,16 @@ pub fn build_provider(
 ) -> Result<std::sync::Arc<dyn Provider>, LlmError> {
     use crate::config::LlmProviderKind;
     let llm = &config.llm;
-    Ok(match llm.provider {
+    let provider: std::sync::Arc<dyn Provider> = match llm.provider {
         LlmProviderKind::Embedded => {
             let model = embedded::EmbeddedLlm::load(
                 &config.models.llm,
                 embedded::EmbeddedConfig {
                     threads: llm.threads,
                     context_tokens: llm.context_tokens,
+                    // The fair queue's places, and the one kept for live analyses.
+                    sequences: llm.parallel + 1,
+                    kv_cache_bytes: llm.kv_cache_mb.saturating_mul(1 << 20),
                     queue: llm.queue,
                     prefix_cache_entries: llm.prefix_cache_entries,
                     prefix_cache_bytes: llm.prefix_cache_mb.saturating_mul(1 << 20),
@@ -331,7 +347,15 @@ pub fn build_provider(
                 extra_body: llm.upstream.extra_body().map_err(LlmError::Engine)?,
             })?)
         }
-    })
+    };
+    Ok(std::sync::Arc::new(fair_provider::FairProvider::new(
+        provider,
+        fair::FairSettings {
+            parallel: llm.parallel,
+            queue: llm.queue,
+            queue_per_org: llm.queue_per_org,
+        },
+    )))
 }
 
 /// A language model that streams its answer.
@@ -379,20 +403,25 @@ pub trait Provider: Send + Sync {
     }
 }
 
-/// `inner` serving `tenant`: every request it is given is marked as that organisation's.
+/// `inner` serving `tenant`: every request it is given is marked as that organisation's, of
+/// one class.
 pub struct ForTenant {
     inner: std::sync::Arc<dyn Provider>,
     tenant: String,
+    class: fair::Class,
 }
 
-/// `provider`, marking every request as `tenant`'s (see [`Generation::tenant`]).
+/// `provider`, marking every request as `tenant`'s (see [`Generation::tenant`]) and of
+/// `class` ([`Generation::class`]).
 pub fn for_tenant(
     provider: std::sync::Arc<dyn Provider>,
     tenant: &str,
+    class: fair::Class,
 ) -> std::sync::Arc<dyn Provider> {
     std::sync::Arc::new(ForTenant {
         inner: provider,
         tenant: tenant.to_owned(),
+        class,
     })
 }
 
@@ -404,6 +433,7 @@ impl Provider for ForTenant {
         deltas: Deltas,
     ) -> Result<Completion, LlmError> {
         generation.tenant = Some(self.tenant.clone());
+        generation.class = self.class;
         self.inner.generate(generation, deltas).await
     }
 

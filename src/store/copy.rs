@@ -71,11 +71,12 @@ pub async fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyEr
         to.insert_org(&org).await?;
         report.orgs += 1;
         for key in keys {
-            to.insert_api_key(&key).await?;
+            // A copy keeps every record, whatever the plan's caps say now.
+            to.insert_api_key(&key, usize::MAX).await?;
             report.api_keys += 1;
         }
         for (connector, secret) in connectors {
-            to.insert_connector(&connector, &secret).await?;
+            to.insert_connector(&connector, &secret, usize::MAX).await?;
             report.connectors += 1;
         }
         let mut running: Vec<UsageEvent> = Vec::new();

@@ -288,6 +288,14 @@ pub enum StoreError {
     /// refused rather than one of them dropped.
     #[error("too many {0} are held; try again shortly")]
     Full(&'static str),
+    /// The organisation has as many records of a kind as its plan allows.
+    #[error("this organisation already has {most} {kind}s, as many as its plan allows")]
+    Cap {
+        /// Which kind of record.
+        kind: &'static str,
+        /// How many it may have.
+        most: usize,
+    },
 }
 
 impl From<StoreError> for UsageError {
@@ -319,8 +327,9 @@ pub trait Store: UsageSink + Send + Sync + 'static {
     /// All organisations, deleted ones included, oldest first.
     async fn orgs(&self) -> Result<Vec<Org>, StoreError>;
 
-    /// Adds an API key; its id and hash must be new.
-    async fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
+    /// Adds an API key; its id and hash must be new, and its organisation must have fewer than
+    /// `most` keys not revoked ([`StoreError::Cap`] otherwise), counted and added in one step.
+    async fn insert_api_key(&self, key: &ApiKey, most: usize) -> Result<(), StoreError>;
     /// Marks a key revoked (idempotent) and returns it.
     async fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError>;
     /// One key by id.
@@ -330,11 +339,13 @@ pub trait Store: UsageSink + Send + Sync + 'static {
     /// An organisation's keys, oldest first.
     async fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError>;
 
-    /// Adds a connector with its client secret; the client id must be new.
+    /// Adds a connector with its client secret; the client id must be new, and its organisation
+    /// must have fewer than `most` connectors not revoked ([`StoreError::Cap`] otherwise).
     async fn insert_connector(
         &self,
         connector: &Connector,
         secret: &[u8],
+        most: usize,
     ) -> Result<(), StoreError>;
     /// Replaces a connector's secret and returns the updated connector.
     async fn rotate_connector(

@@ -159,6 +159,16 @@ pub trait SharedState: Send + Sync {
         release: &[(&str, UsageKind, u64)],
     ) -> Result<(), UsageError>;
 
+    /// Takes one of `cap` places under `name` (a cap: an organisation's live calls, realtime
+    /// sessions or file transcriptions) for `holder`, counted over every live instance; `false`
+    /// when all are taken. [`SharedState::leave_place`] gives it back; an instance that stops
+    /// beating gives back all of its places with it.
+    async fn take_place(&self, name: &str, holder: &str, cap: usize) -> Result<bool, StoreError>;
+
+    /// Gives back a place taken with [`SharedState::take_place`]. Never waits: this instance's
+    /// next [`SharedState::take_place`] sees it.
+    fn leave_place(&self, name: &str, holder: &str);
+
     /// Announces this process as a running instance (heartbeat, its reservations and calls
     /// counted by the others). Services call it; one-off commands do not.
     async fn start_instance(&self) {}
@@ -228,6 +238,8 @@ pub struct Local {
     entries: Mutex<HashMap<Space, Entries>>,
     // A parking_lot Mutex: a map operation per call, never held across an await.
     reserved: Mutex<HashMap<(String, UsageKind), u64>>,
+    // A parking_lot Mutex: a set operation per call, never held across an await.
+    places: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     // Per pool (hashed): a reservation takes it alone, to read the ledger and the
     // reservations as they stand; settlements take it together, so they share their fsyncs,
     // and a reservation waits for those in flight. Held across the ledger's read or write,
@@ -241,6 +253,7 @@ impl Default for Local {
             limiter: RateLimiter::default(),
             entries: Mutex::default(),
             reserved: Mutex::default(),
+            places: Mutex::default(),
             pools: (0..POOL_LOCKS)
                 .map(|_| tokio::sync::RwLock::new(()))
                 .collect(),
@@ -367,6 +380,32 @@ impl SharedState for Local {
 
     fn release(&self, org_id: &str, kind: UsageKind, amount: u64) {
         give_back(&mut self.reserved(), org_id, kind, amount);
+    }
+
+    async fn take_place(&self, name: &str, holder: &str, cap: usize) -> Result<bool, StoreError> {
+        let mut places = self.places.lock();
+        let taken = places.entry(name.to_owned()).or_default();
+        if taken.contains(holder) {
+            return Ok(true);
+        }
+        if taken.len() >= cap {
+            if taken.is_empty() {
+                places.remove(name);
+            }
+            return Ok(false);
+        }
+        taken.insert(holder.to_owned());
+        Ok(true)
+    }
+
+    fn leave_place(&self, name: &str, holder: &str) {
+        let mut places = self.places.lock();
+        if let Some(taken) = places.get_mut(name) {
+            taken.remove(holder);
+            if taken.is_empty() {
+                places.remove(name);
+            }
+        }
     }
 
     async fn settle(

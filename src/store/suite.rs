@@ -400,14 +400,15 @@ async fn concurrent_charges_are_all_recorded(b: &dyn Backend) {
 async fn api_keys_resolve_by_hash_and_revoke(b: &dyn Backend) {
     let s = b.open().await;
     let k = key("key_1", "org_a", 0xab);
-    s.insert_api_key(&k).await.unwrap();
+    s.insert_api_key(&k, usize::MAX).await.unwrap();
     assert!(matches!(
-        s.insert_api_key(&k).await,
+        s.insert_api_key(&k, usize::MAX).await,
         Err(StoreError::Exists { .. })
     ));
     // The same secret under another id is refused too.
     assert!(matches!(
-        s.insert_api_key(&key("key_9", "org_a", 0xab)).await,
+        s.insert_api_key(&key("key_9", "org_a", 0xab), usize::MAX)
+            .await,
         Err(StoreError::Exists { .. })
     ));
     assert_eq!(s.api_key_by_hash(&[0xab; 32]).await.unwrap().unwrap(), k);
@@ -425,7 +426,7 @@ async fn api_keys_resolve_by_hash_and_revoke(b: &dyn Backend) {
     ));
     let mut later = key("key_2", "org_a", 0xcd);
     later.created_at_ms = 6;
-    s.insert_api_key(&later).await.unwrap();
+    s.insert_api_key(&later, usize::MAX).await.unwrap();
     let ids: Vec<String> = s
         .api_keys("org_a")
         .await
@@ -441,9 +442,11 @@ async fn connector_secret_is_sealed_and_rotates(b: &dyn Backend) {
     {
         let s = b.open().await;
         let c = connector("cc_1", "org_a");
-        s.insert_connector(&c, b"first-secret").await.unwrap();
+        s.insert_connector(&c, b"first-secret", usize::MAX)
+            .await
+            .unwrap();
         assert!(matches!(
-            s.insert_connector(&c, b"x").await,
+            s.insert_connector(&c, b"x", usize::MAX).await,
             Err(StoreError::Exists { .. })
         ));
         assert_eq!(
@@ -526,10 +529,14 @@ async fn populate(s: &dyn Store) {
     gone.mcp = None;
     gone.created_at_ms = 2;
     s.insert_org(&gone).await.unwrap();
-    s.insert_api_key(&key("key_1", "org_a", 1)).await.unwrap();
-    s.insert_api_key(&key("key_2", "org_b", 2)).await.unwrap();
+    s.insert_api_key(&key("key_1", "org_a", 1), usize::MAX)
+        .await
+        .unwrap();
+    s.insert_api_key(&key("key_2", "org_b", 2), usize::MAX)
+        .await
+        .unwrap();
     s.revoke_api_key("key_2", 3).await.unwrap();
-    s.insert_connector(&connector("cc_1", "org_a"), b"s3cret")
+    s.insert_connector(&connector("cc_1", "org_a"), b"s3cret", usize::MAX)
         .await
         .unwrap();
     s.insert_user(&DashboardUser {
@@ -677,6 +684,90 @@ async fn a_rate_budget_is_one_across_instances(b: &dyn Backend) {
         .all(|w| *w > std::time::Duration::ZERO && *w <= std::time::Duration::from_secs(2)));
     // Another key has its own budget.
     assert_eq!(other.rate("key:k2", 30, now).await.unwrap(), Ok(()));
+}
+
+/// A cap holds across instances: places taken on one count on the other, and many taken at
+/// once never pass it.
+async fn places_are_capped_over_every_instance(b: &dyn Backend) {
+    let (a, other) = b.shared_pair().await;
+    assert!(a.take_place("calls:org:o", "h1", 2).await.unwrap());
+    // Taking again is idempotent for the same holder.
+    assert!(a.take_place("calls:org:o", "h1", 2).await.unwrap());
+    assert!(other.take_place("calls:org:o", "h2", 2).await.unwrap());
+    assert!(!a.take_place("calls:org:o", "h3", 2).await.unwrap());
+    assert!(!other.take_place("calls:org:o", "h3", 2).await.unwrap());
+    // Another name has its own places.
+    assert!(other.take_place("calls:org:p", "h3", 2).await.unwrap());
+    // A place given back on one instance frees it for the other.
+    a.leave_place("calls:org:o", "h1");
+    let mut freed = false;
+    for _ in 0..200 {
+        if other.take_place("calls:org:o", "h4", 2).await.unwrap() {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(freed, "the place given back was never free");
+    // Twenty takers at once on two instances: exactly the cap gets a place.
+    let takers = (0..20).map(|i| {
+        let shared = if i % 2 == 0 { a.clone() } else { other.clone() };
+        async move {
+            shared
+                .take_place("files:org:o", &format!("t{i}"), 3)
+                .await
+                .unwrap()
+        }
+    });
+    let taken = futures_util::future::join_all(takers).await;
+    assert_eq!(taken.iter().filter(|t| **t).count(), 3);
+}
+
+/// Keys and connectors are counted and added in one step: a cap holds however many are added
+/// at once, and revoked ones do not count.
+async fn keys_and_connectors_are_capped_per_organisation(b: &dyn Backend) {
+    let s = b.open().await;
+    let adds = (0..8u8).map(|i| {
+        let s = s.clone();
+        async move {
+            s.insert_api_key(&key(&format!("key_{i}"), "org_a", i + 1), 3)
+                .await
+        }
+    });
+    let added = futures_util::future::join_all(adds).await;
+    assert_eq!(added.iter().filter(|r| r.is_ok()).count(), 3);
+    assert!(added
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .all(|e| matches!(
+            e,
+            StoreError::Cap {
+                kind: "API key",
+                most: 3
+            }
+        )));
+    // Another organisation is not held back; a revoked key frees a place.
+    s.insert_api_key(&key("key_b", "org_b", 0x70), 3)
+        .await
+        .unwrap();
+    let first = s.api_keys("org_a").await.unwrap()[0].id.clone();
+    s.revoke_api_key(&first, 9).await.unwrap();
+    s.insert_api_key(&key("key_again", "org_a", 0x71), 3)
+        .await
+        .unwrap();
+    for i in 0..2 {
+        s.insert_connector(&connector(&format!("cc_{i}"), "org_a"), b"s", 2)
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        s.insert_connector(&connector("cc_9", "org_a"), b"s", 2)
+            .await,
+        Err(StoreError::Cap {
+            kind: "connector",
+            most: 2
+        })
+    ));
 }
 
 /// `org_a`'s `kind` pool in November 2026, of `quota`.
@@ -1000,6 +1091,8 @@ on_every_backend!(
     copy_moves_everything,
     shared_entries_are_seen_by_every_instance,
     a_rate_budget_is_one_across_instances,
+    places_are_capped_over_every_instance,
+    keys_and_connectors_are_capped_per_organisation,
     reservations_never_share_a_remainder,
     settling_is_one_step_to_a_reservation,
     a_failed_settlement_gives_nothing_back,
@@ -1187,7 +1280,7 @@ async fn a_database_migrated_by_hand_rolled_versions_is_taken_over() {
         .map(|r| r.get(0))
         .collect();
     // The takeover and every version after it.
-    assert_eq!(versions, [1, 2, 3, 4]);
+    assert_eq!(versions, [1, 2, 3, 4, 5]);
 }
 
 #[tokio::test]

@@ -2,10 +2,13 @@
 //! spawns the call's children once the session opens (a deinterleaver, a transcriber per
 //! channel, an intent actor), turns their results into `event` and `intent_update` messages,
 //! and reports audio to the billing actor. Audio is served only under a lease: the call takes
-//! [`CallSettings::quota_slice`] of the organisation's pool at open and another slice each time
-//! that much audio has been served, so no call streams past the quota, however fast its client
-//! sends. The service can end a call from outside ([`CallMsg::Disconnect`]: revocation,
-//! shutdown).
+//! [`CallSettings::quota_slice`] of the organisation's pool at open and asks for the next slice
+//! when half of the current one is left, so no call streams past the quota, however fast its
+//! client sends. Leases are asked for and answered by message ([`CallMsg::Leased`]), never
+//! awaited inside a handler: a slow store delays no frame. A frame past the lease while the
+//! next one is on its way waits, in order, with its credit held (so the socket is read no
+//! further), and is served when the lease comes; nothing is dropped unless the pool is dry.
+//! The service can end a call from outside ([`CallMsg::Disconnect`]: revocation, shutdown).
 //!
 //! A child that fails ends the call ([`CallEnd::ChildFailed`]), except the intent actor, which
 //! is started again (its run is lost and answered with an error). The call's usage is written
@@ -62,6 +65,10 @@ pub enum CallMsg {
     GraceOver,
     /// A connection probe was answered a while ago.
     ProbeOver,
+    /// The billing actor's answer to a lease: milliseconds granted, or why none.
+    Leased(Result<u64, crate::usage::UsageError>),
+    /// Time to ask again for a lease that billing could not grant.
+    RetryLease,
 }
 
 impl From<TranscriberEvent> for CallMsg {
@@ -136,6 +143,14 @@ pub struct CallState {
     /// Samples per channel leased from the pool, and served, so far.
     leased: u64,
     served: u64,
+    /// A lease has been asked for and not answered yet.
+    renewing: bool,
+    /// The pool had nothing more to give: the call ends once its lease is served.
+    dry: bool,
+    /// Frames past the lease, waiting for the next one (in order, each with its credit).
+    held: std::collections::VecDeque<(Vec<u8>, Credit, u64)>,
+    /// The `open` accepted, waiting for the call's first lease.
+    opening: Option<(OpenRequest, Option<Vec<String>>)>,
     idle_timer: Option<JoinHandle<()>>,
     last_heard: Instant,
     /// Why we sent `disconnect`, while waiting for the client's `close`.
@@ -163,6 +178,9 @@ impl Drop for ActiveCall {
 /// The call supervisor actor.
 #[derive(Debug, Default)]
 pub struct CallSupervisor;
+
+/// How long a call waits before it asks again for a lease billing could not grant.
+const LEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl CallState {
     async fn send(&self, envelope: &ServerEnvelope) {
@@ -223,11 +241,11 @@ impl CallState {
         myself: &ActorRef<CallMsg>,
         request: OpenRequest,
     ) -> Result<(), ActorProcessingErr> {
-        let Some(media) = request.media.clone() else {
+        if request.media.is_none() {
             self.disconnect(myself, DisconnectReason::UnsupportedMedia)
                 .await;
             return Ok(());
-        };
+        }
         let settings = &self.args.settings;
         if let Some(tag) = &request.params.language {
             match settings.model_language(tag) {
@@ -250,24 +268,28 @@ impl CallState {
             myself.send_after(self.args.settings.probe_timeout, || CallMsg::ProbeOver);
             return Ok(());
         }
-        // Metering and the first slice of the pool come before anything is served.
+        // Metering and the first slice of the pool come before anything is served: the call
+        // opens when billing answers ([`CallState::leased_answer`]).
         self.args.billing.cast(BillingMsg::Start {
             call: self.args.call_id.clone(),
             account: self.args.account.clone(),
         })?;
         self.metered = true;
-        match self.renew_lease(0).await {
-            Ok(true) => {}
-            Ok(false) => {
-                self.disconnect(myself, DisconnectReason::QuotaExhausted)
-                    .await;
-                return Ok(());
-            }
-            Err(()) => {
-                self.end(myself, CallEnd::Failed).await;
-                return Ok(());
-            }
-        }
+        self.opening = Some((request, supported));
+        self.ask_lease(myself, 0);
+        Ok(())
+    }
+
+    /// The call's first lease came: the call opens (children, `opened`).
+    async fn finish_open(
+        &mut self,
+        myself: &ActorRef<CallMsg>,
+        request: OpenRequest,
+        supported: Option<Vec<String>>,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(media) = request.media.clone() else {
+            return Ok(());
+        };
         // Children first, so no audio can arrive before they exist.
         let settings = &self.args.settings;
         let cell = myself.get_cell();
@@ -340,40 +362,113 @@ impl CallState {
         Ok(())
     }
 
-    /// Leases another slice of the pool, at least enough for `needed` more samples. `Ok(false)`
-    /// when the pool cannot cover them; `Err` when billing did not answer in time (logged).
-    async fn renew_lease(&mut self, needed: u64) -> Result<bool, ()> {
+    /// Asks billing for another slice of the pool, at least enough for `needed` more samples,
+    /// unless an ask is on its way. The answer comes as [`CallMsg::Leased`].
+    fn ask_lease(&mut self, myself: &ActorRef<CallMsg>, needed: u64) {
+        if self.renewing {
+            return;
+        }
+        self.renewing = true;
         let want_ms = (self.args.settings.quota_slice.as_millis() as u64)
             .max(needed.div_ceil(SAMPLES_PER_MS))
             .max(1);
-        match crate::billing::lease(&self.args.billing, &self.args.call_id, want_ms).await {
-            Ok(granted) => {
-                self.leased += granted * SAMPLES_PER_MS;
-                Ok(self.served + needed <= self.leased && granted > 0)
-            }
-            Err(e) => {
-                tracing::error!(call = %self.args.call_id, error = %e, "no answer from billing");
-                Err(())
-            }
+        let me = myself.clone();
+        let asked = self.args.billing.cast(BillingMsg::Lease {
+            call: self.args.call_id.clone(),
+            want_ms,
+            reply: crate::billing::LeaseReply::new(move |answer| {
+                // The call may have ended meanwhile: then nobody needs the answer.
+                let _ = me.cast(CallMsg::Leased(answer));
+            }),
+        });
+        if asked.is_err() {
+            self.renewing = false;
+            tracing::error!(call = %self.args.call_id, "billing is not running");
+            myself.send_after(LEASE_RETRY, || CallMsg::RetryLease);
         }
     }
 
-    /// Whether `samples` more may be served: within the lease, or within a new one.
-    async fn may_serve(&mut self, myself: &ActorRef<CallMsg>, samples: u64) -> bool {
-        if self.served + samples <= self.leased {
-            return true;
+    /// Billing answered a lease.
+    async fn leased_answer(
+        &mut self,
+        myself: &ActorRef<CallMsg>,
+        answer: Result<u64, crate::usage::UsageError>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.renewing = false;
+        match answer {
+            Ok(granted) => {
+                self.leased += granted * SAMPLES_PER_MS;
+                if granted == 0 {
+                    self.dry = true;
+                }
+            }
+            Err(e) => {
+                tracing::error!(call = %self.args.call_id, error = %e, "no lease from billing");
+                if self.opening.take().is_some() {
+                    self.end(myself, CallEnd::Failed).await;
+                    return Ok(());
+                }
+                // What waits keeps waiting (its credits hold the socket): ask again shortly.
+                myself.send_after(LEASE_RETRY, || CallMsg::RetryLease);
+                return Ok(());
+            }
         }
-        match self.renew_lease(samples).await {
-            Ok(true) => true,
-            Ok(false) => {
+        if let Some((request, supported)) = self.opening.take() {
+            if self.leased == 0 {
+                self.disconnect(myself, DisconnectReason::QuotaExhausted)
+                    .await;
+                return Ok(());
+            }
+            return self.finish_open(myself, request, supported).await;
+        }
+        self.serve_held(myself).await
+    }
+
+    /// Serves the frames that waited for a lease, as far as the lease goes.
+    async fn serve_held(&mut self, myself: &ActorRef<CallMsg>) -> Result<(), ActorProcessingErr> {
+        while let Some(&(_, _, samples)) = self.held.front() {
+            if self.served + samples <= self.leased {
+                let (bytes, credit, samples) = self.held.pop_front().expect("a front was seen");
+                self.serve(bytes, credit, samples)?;
+                self.ahead(myself);
+            } else if self.dry {
+                self.held.clear();
                 if self.disconnecting.is_none() {
                     self.disconnect(myself, DisconnectReason::QuotaExhausted)
                         .await;
                 }
-                false
+                break;
+            } else {
+                self.ask_lease(myself, samples);
+                break;
             }
-            // Not served, not billed; the next frame asks again.
-            Err(()) => false,
+        }
+        Ok(())
+    }
+
+    /// Hands a frame on to the deinterleaver and bills it.
+    fn serve(
+        &mut self,
+        bytes: Vec<u8>,
+        credit: Credit,
+        samples: u64,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(d) = &self.deinterleaver {
+            self.served += samples;
+            self.args.billing.cast(BillingMsg::Audio {
+                call: self.args.call_id.clone(),
+                samples,
+            })?;
+            d.cast(DeinterleaverMsg::Frame(bytes, credit))?;
+        }
+        Ok(())
+    }
+
+    /// Asks for the next slice ahead of need: when half of the current one is left.
+    fn ahead(&mut self, myself: &ActorRef<CallMsg>) {
+        let half = self.args.settings.quota_slice.as_millis() as u64 * SAMPLES_PER_MS / 2;
+        if !self.dry && self.leased.saturating_sub(self.served) <= half {
+            self.ask_lease(myself, 0);
         }
     }
 
@@ -423,18 +518,10 @@ impl CallState {
             Step::Open(request) => self.open(myself, request).await?,
             Step::Audio(samples) => {
                 let samples = samples as u64;
-                if self.deinterleaver.is_some() && frame.is_some() {
-                    if !self.may_serve(myself, samples).await {
-                        return Ok(());
-                    }
-                    if let (Some(d), Some(frame)) = (&self.deinterleaver, frame) {
-                        self.served += samples;
-                        self.args.billing.cast(BillingMsg::Audio {
-                            call: self.args.call_id.clone(),
-                            samples,
-                        })?;
-                        d.cast(DeinterleaverMsg::Frame(frame.0, frame.1))?;
-                    }
+                if let (Some(_), Some((bytes, credit))) = (&self.deinterleaver, frame) {
+                    // Behind frames that wait for a lease, in order.
+                    self.held.push_back((bytes, credit, samples));
+                    self.serve_held(myself).await?;
                 }
             }
             Step::Language(tag, updated) => {
@@ -543,6 +630,10 @@ impl Actor for CallSupervisor {
             metered: false,
             leased: 0,
             served: 0,
+            renewing: false,
+            dry: false,
+            held: std::collections::VecDeque::new(),
+            opening: None,
             ending: false,
             active: None,
             args,
@@ -638,6 +729,14 @@ impl Actor for CallSupervisor {
                 }
             }
             CallMsg::ProbeOver => state.end(&myself, CallEnd::ProbeOver).await,
+            CallMsg::Leased(answer) => state.leased_answer(&myself, answer).await?,
+            CallMsg::RetryLease => {
+                if state.opening.is_some() {
+                    state.ask_lease(&myself, 0);
+                } else {
+                    state.serve_held(&myself).await?;
+                }
+            }
             CallMsg::GraceOver => {
                 if state.session.state() == State::Disconnecting {
                     let end = state.disconnected();

@@ -66,7 +66,7 @@ pub(super) fn calls(
         config.llm.upstream.model = "unused".into();
         config.plans.insert(
             "bench".into(),
-            callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: None, audio_minutes_per_month: None },
+            callstream::config::Plan::unlimited(),
         );
         let mut apps = Vec::new();
         for _ in 0..instances.max(1) {

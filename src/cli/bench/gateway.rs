@@ -34,7 +34,7 @@ pub(super) fn gateway(
         config.llm.upstream.api_key = "bench".into();
         config.plans.insert(
             "bench".into(),
-            callstream::config::Plan { rpm: u32::MAX, chat_tokens_per_month: token_quota, audio_minutes_per_month: None },
+            callstream::config::Plan { chat_tokens_per_month: token_quota, ..callstream::config::Plan::unlimited() },
         );
         let app = callstream::app::App::open(config).await?;
         let callstream::admin::AdminResponse::Org(org) = app.admin.execute(callstream::admin::AdminRequest::OrgCreate { name: "bench".into(), plan: Some("bench".into()) }).await? else {

@@ -4,12 +4,14 @@
 
 mod asr;
 mod calls;
+mod fairness;
 mod files;
 mod gateway;
 mod llm;
 
 use self::asr::asr;
 use self::calls::calls;
+use self::fairness::fairness;
 use self::files::files;
 use self::gateway::gateway;
 use self::llm::llm;
@@ -120,10 +122,27 @@ pub enum BenchCommand {
         /// generation runs on a context of that length.
         #[arg(long, default_value_t = 0)]
         context: usize,
+        /// Rounds of this many generations at once (comma-separated, `1,2,4`), each from an
+        /// organisation of its own: aggregate tokens per second and time to first delta. Unset:
+        /// one generation at a time.
+        #[arg(long, value_delimiter = ',')]
+        concurrency: Vec<usize>,
         /// Also append the table to this Markdown file (docs/benchmarks.md), headed by the
         /// command, the date and the CPU.
         #[arg(long)]
         record: Option<PathBuf>,
+    },
+    /// How long one organisation waits for the language model while another keeps it busy: a
+    /// one-word chat beside a long generation, and a live call's intent beside a file's
+    /// analyses.
+    Fairness {
+        /// The labelled set whose written dialogues make the transcripts.
+        #[arg(long, default_value = "fixtures/analysis")]
+        set: PathBuf,
+        /// Seconds between the busy organisation's request and the other's (and between the
+        /// live call's asks).
+        #[arg(long, default_value_t = 3.0)]
+        delay: f64,
     },
     /// Intent, BANT and NEAT-P analyses with the configured model: intent top-1, status
     /// accuracy and verbatim evidence on a labelled set of calls, then the time of the three
@@ -190,8 +209,10 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Llm {
             runs,
             context,
+            concurrency,
             record,
-        } => llm(config, runs, context)?.record(record.as_deref()),
+        } => llm(config, runs, context, &concurrency)?.record(record.as_deref()),
+        BenchCommand::Fairness { set, delay } => fairness(config, &set, delay),
         BenchCommand::Analysis {
             set,
             text,

@@ -1,9 +1,13 @@
 //! The embedded model: llama.cpp through `llama-cpp-2`, running a GGUF chat model (Qwen2.5
 //! Instruct by default) with the chat template stored in the file.
 //!
-//! One dedicated thread owns the model and its context and runs one generation at a time;
-//! requests wait in a bounded queue in front of it. A request that finds the queue full fails
-//! at once with [`LlmError::Busy`] instead of waiting without bound.
+//! One dedicated thread owns the model and its context and serves several requests side by
+//! side, each on a sequence of the context: every step, one evaluation carries the next token
+//! of each answer being written and a chunk of the prompts being read (continuous batching,
+//! `worker.rs`). Requests wait in a bounded queue in front of it; a request that finds the
+//! queue full fails at once with [`LlmError::Busy`] instead of waiting without bound. Which
+//! organisation's request goes next is decided before that queue, by the fair queue
+//! ([`crate::llm::fair`]).
 //!
 //! Tool use follows the format Qwen2.5 was trained on: tools are described in the system
 //! message inside `<tools>` tags, the model answers a call as `<tool_call>{json}</tool_call>`,
@@ -32,13 +36,13 @@ use tokio::sync::oneshot;
 use super::{Completion, Deltas, Generation, LlmError, Message, Provider};
 
 mod backend;
-mod decode;
 mod draft;
 mod gate;
 mod lead;
 mod picker;
 mod prefix_cache;
 mod prompt;
+mod sequence;
 mod steps;
 mod worker;
 
@@ -48,7 +52,7 @@ pub use prefix_cache::PrefixCache;
 // The parts of one engine, each in its own file, see one another through this module.
 #[allow(unused_imports)]
 use self::{
-    backend::*, decode::*, draft::*, gate::*, lead::*, picker::*, prefix_cache::*, prompt::*,
+    backend::*, draft::*, gate::*, lead::*, picker::*, prefix_cache::*, prompt::*, sequence::*,
     steps::*, worker::*,
 };
 
@@ -65,9 +69,15 @@ const WARM_CHUNK: usize = 128;
 pub struct EmbeddedConfig {
     /// CPU threads for one generation.
     pub threads: u32,
-    /// Context window in tokens (prompt + answer).
+    /// Context window of one request in tokens (prompt + answer).
     pub context_tokens: u32,
-    /// Requests that may wait for the model.
+    /// Requests served side by side (the context's sequences).
+    pub sequences: usize,
+    /// Memory of the attention cache, shared by the sequences, bytes: how many tokens of
+    /// prompts and answers the running requests may hold in all (at least one request's window,
+    /// at most every sequence's).
+    pub kv_cache_bytes: usize,
+    /// Requests that may wait for the model besides those running.
     pub queue: usize,
     /// Snapshots of evaluated prompts kept besides the context's own.
     pub prefix_cache_entries: usize,
@@ -167,7 +177,7 @@ impl EmbeddedLlm {
             path.file_name()
                 .map_or_else(|| "model".into(), |n| n.to_string_lossy())
         );
-        let (jobs, rx) = bounded::<Job>(config.queue.max(1));
+        let (jobs, rx) = bounded::<Job>(config.queue.max(1) + config.sequences.max(1));
         let (warm, warm_rx) = bounded::<Generation>(WARM_QUEUE);
         let (ready_tx, ready_rx) = bounded::<Result<(), LlmError>>(1);
         let path = path.to_owned();
@@ -225,6 +235,7 @@ impl EmbeddedLlm {
             response_format: None,
             odds: None,
             tenant,
+            class: super::fair::Class::Batch,
         });
     }
 }

@@ -41,16 +41,35 @@ impl Prefill {
         }
     }
 
-    /// Whether a cancellation is looked for before `chunk`: between chunks, not before the
-    /// first (a request is only taken when its client is there).
-    pub(super) fn may_stop_before(&self, chunk: &Chunk) -> bool {
-        chunk.from > self.reused
+    /// The next chunk, at most `most` tokens (and at most the step); `None` once every token
+    /// is taken or `most` is 0. A batch shared with other sequences takes what room it has.
+    pub(super) fn take_upto(&mut self, most: usize) -> Option<Chunk> {
+        if self.next >= self.len || most == 0 {
+            return None;
+        }
+        let from = self.next;
+        let to = (from + self.step.min(most)).min(self.len);
+        self.next = to;
+        Some(Chunk {
+            from,
+            to,
+            last: to == self.len,
+        })
     }
 
-    /// Tokens of the prompt never evaluated when it stops before `chunk`: counted as
-    /// evaluated when the prompt was prepared, they are given back.
-    pub(super) fn unread(&self, chunk: &Chunk) -> usize {
-        self.len - chunk.from
+    /// Whether every token has been taken.
+    pub(super) fn done(&self) -> bool {
+        self.next >= self.len
+    }
+
+    /// Tokens found evaluated already.
+    pub(super) fn reused(&self) -> usize {
+        self.reused
+    }
+
+    /// Tokens not taken yet.
+    pub(super) fn left(&self) -> usize {
+        self.len - self.next
     }
 }
 
@@ -58,17 +77,7 @@ impl Iterator for Prefill {
     type Item = Chunk;
 
     fn next(&mut self) -> Option<Chunk> {
-        if self.next >= self.len {
-            return None;
-        }
-        let from = self.next;
-        let to = (from + self.step).min(self.len);
-        self.next = to;
-        Some(Chunk {
-            from,
-            to,
-            last: to == self.len,
-        })
+        self.take_upto(self.step)
     }
 }
 
@@ -341,12 +350,27 @@ mod tests {
                 },
             ]
         );
-        // A cancellation is looked for between chunks only; stopped before the second, its
-        // tokens were never evaluated.
-        let prefill = Prefill::new(1100, 100, 512);
-        assert!(!prefill.may_stop_before(&chunks[0]));
-        assert!(prefill.may_stop_before(&chunks[1]));
-        assert_eq!(prefill.unread(&chunks[1]), 488);
+        // Stopped after the first chunk, the second's tokens were never evaluated.
+        let mut prefill = Prefill::new(1100, 100, 512);
+        assert_eq!(prefill.take_upto(512), Some(chunks[0]));
+        assert_eq!(prefill.left(), 488);
+        assert!(!prefill.done());
+        // A batch shared with others takes what room it has: a smaller chunk, never a larger.
+        assert_eq!(
+            prefill.take_upto(100),
+            Some(Chunk {
+                from: 612,
+                to: 712,
+                last: false
+            })
+        );
+        assert_eq!(prefill.take_upto(0), None);
+        assert_eq!(
+            prefill.take_upto(10_000).map(|c| (c.to, c.last)),
+            Some((1100, true))
+        );
+        assert!(prefill.done());
+        assert_eq!(prefill.reused(), 100);
         // Everything but the last token reused: one chunk of one, with its logits.
         assert_eq!(
             Prefill::new(10, 9, 512).collect::<Vec<_>>(),

@@ -1,6 +1,6 @@
-//! The model's thread: takes the next request (or warm-up) from the queue, loads the model
-//! and its context once, runs each generation, and hands its text to the request's reader
-//! within a bounded wait.
+//! The model's thread: loads the model and its context once, then serves requests (and
+//! warm-ups) side by side on the context's sequences, one evaluation per step for all of
+//! them (continuous batching), handing each its text within a bounded wait for its reader.
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -9,13 +9,17 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::llm::{Generation, LlmError, Usage};
+use crate::llm::{Generation, LlmError};
 
 /// The next piece of work: a request whenever one waits, else a warm-up; `None` once the
 /// model stops (`quit` is set, and the request queue has no sender left).
@@ -85,10 +89,23 @@ pub(super) fn worker(
             return;
         }
     };
+    let sequences = config.sequences.max(1);
+    let window = config.context_tokens as usize;
+    let cells = kv_cells(
+        &KvShape::of(&model, keys),
+        config.kv_cache_bytes,
+        window + draft + 1,
+        sequences,
+    );
+    let capacity = PROMPT_CHUNK + sequences * (draft + 1);
     let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(config.context_tokens))
-        .with_n_batch(PROMPT_CHUNK as u32)
+        .with_n_ctx(NonZeroU32::new(cells as u32))
+        .with_n_batch(capacity as u32)
         .with_n_ubatch(config.micro_batch.clamp(1, PROMPT_CHUNK as u32))
+        .with_n_seq_max(sequences as u32)
+        // One pool of cells for every sequence: a sequence takes what its request needs, and
+        // a prompt one holds can be shared with another by reference.
+        .with_kv_unified(true)
         .with_n_threads(config.threads as i32)
         .with_n_threads_batch(config.threads as i32)
         .with_type_k(match keys {
@@ -104,68 +121,337 @@ pub(super) fn worker(
             return;
         }
     };
+    tracing::info!(
+        sequences,
+        cells,
+        window,
+        "embedded model ready: requests served side by side"
+    );
     let _ = ready.send(Ok(()));
     let mut cache = PrefixCache::new(
+        sequences,
+        cells,
         config.prefix_cache_entries,
         config.prefix_cache_bytes,
         counters,
     );
-    while let Some(Job {
-        generation,
-        deltas,
-        done,
-    }) = next_job(jobs, warm, quit)
-    {
-        // A requester that has gone (a REST client that hung up) gets no model time.
-        if done.as_ref().is_some_and(oneshot::Sender::is_closed) {
-            continue;
-        }
-        // A request is given up when its requester has gone; a warm-up yields as soon as a
-        // request waits (what it evaluated so far stays in the context for reuse); both
-        // when the model stops.
-        let abandoned = || {
-            quit.load(Ordering::SeqCst)
-                || match &done {
-                    Some(done) => done.is_closed(),
-                    None => !jobs.is_empty(),
-                }
-        };
-        let result = generate(
-            &Decoder {
-                model: &model,
-                template: &template,
-                draft_tokens: draft,
-            },
-            &mut ctx,
-            &mut cache,
-            generation,
-            deltas.as_ref(),
-            &abandoned,
-        );
-        match done {
-            Some(done) => {
-                let _ = done.send(result);
-            }
-            None => match result {
-                Err(LlmError::Cancelled { .. }) => {
-                    tracing::debug!("a warm-up yielded to a request");
-                }
-                // A live call longer than the window: its analyses shorten the transcript.
-                Err(e @ LlmError::ContextOverflow { .. }) => {
-                    tracing::debug!(error = %e, "a warm-up does not fit the window");
-                }
-                Err(e) => tracing::warn!(error = %e, "warming the model up failed"),
-                Ok(_) => {
-                    cache.counters.warmed.fetch_add(1, Ordering::Relaxed);
-                }
+    let decoder = Decoder {
+        model: &model,
+        template: &template,
+        draft_tokens: draft,
+        window,
+    };
+    let mut batcher = Batcher {
+        decoder: &decoder,
+        ctx: &mut ctx,
+        cache: &mut cache,
+        batch: LlamaBatch::new(capacity, 1),
+        capacity,
+        shared_prefill: config.micro_batch.clamp(1, PROMPT_CHUNK as u32) as usize,
+        sequences,
+        waiting: Vec::new(),
+        running: Vec::new(),
+    };
+    batcher.run(jobs, warm, quit);
+}
+
+/// The shape of the attention cache of a model: what one cell (a token of one sequence)
+/// takes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KvShape {
+    layers: usize,
+    /// Values per layer of a key (and of a value): heads sharing keys x head size.
+    width: usize,
+    /// Bytes per value of a key (f16: 2; q8_0: 34 per 32).
+    key_bytes: f64,
+}
+
+impl KvShape {
+    fn of(model: &LlamaModel, keys: crate::config::KeyCache) -> Self {
+        let heads = model.n_head().max(1) as usize;
+        Self {
+            layers: model.n_layer() as usize,
+            width: model.n_head_kv() as usize * (model.n_embd().max(1) as usize / heads),
+            key_bytes: match keys {
+                crate::config::KeyCache::F16 => 2.0,
+                crate::config::KeyCache::Q8_0 => 34.0 / 32.0,
             },
         }
     }
-    // Stopped: requests still queued are answered, not left waiting.
-    while let Ok(job) = jobs.try_recv() {
-        if let Some(done) = job.done {
-            let _ = done.send(Err(LlmError::Engine("the model thread stopped".into())));
+
+    /// Bytes one cell takes (keys as configured, values in f16).
+    pub(super) fn cell_bytes(&self) -> f64 {
+        self.layers as f64 * self.width as f64 * (self.key_bytes + 2.0)
+    }
+}
+
+/// Cells of the context: as many as `budget` bytes hold, but at least `one` (a request's
+/// largest need) and at most what `sequences` such requests take, in llama.cpp's steps of 256.
+pub(super) fn kv_cells(shape: &KvShape, budget: usize, one: usize, sequences: usize) -> usize {
+    let fit = (budget as f64 / shape.cell_bytes().max(1.0)) as usize;
+    let cells = fit.clamp(one, one * sequences.max(1));
+    cells.div_ceil(256) * 256
+}
+
+/// A sequence's class as a rank: live 0, interactive 1, batch 2, warm-ups 3.
+fn class_rank(s: &Sequence) -> u8 {
+    if s.warm() {
+        3
+    } else {
+        match s.class {
+            crate::llm::fair::Class::Live => 0,
+            crate::llm::fair::Class::Interactive => 1,
+            crate::llm::fair::Class::Batch => 2,
         }
+    }
+}
+
+/// How a sequence's turn is ordered among prompts waiting to be read: live first, warm-ups
+/// last, then by arrival.
+fn rank(s: &Sequence) -> (u8, Instant) {
+    (class_rank(s), s.arrived)
+}
+
+/// Prompt tokens a step reads of a prompt of a lower class than an answer being written: the
+/// answer's next token waits for the whole step, so a long prompt of lower rank is read a few
+/// tokens at a time beside it (and still progresses).
+const YIELD_CHUNK: usize = 16;
+
+/// The loop that serves the model's sequences side by side: each step, one evaluation
+/// carries the next token of every sequence writing its answer and, in the room left, a
+/// chunk of the prompts being read (live first). A step takes as long as its largest part, so
+/// what is read beside answers is bounded: a prompt's chunk is smaller while answers are
+/// written ([`Batcher::shared_prefill`]), a prompt of lower class than an answer being written
+/// is read [`YIELD_CHUNK`] tokens a step (a warm-up too, beside any request), and while a live
+/// analysis runs, nothing of a lower class is read at all (it waits a second or two).
+struct Batcher<'a, 'm, 'c> {
+    decoder: &'a Decoder<'m>,
+    ctx: &'a mut LlamaContext<'c>,
+    cache: &'a mut PrefixCache,
+    batch: LlamaBatch<'static>,
+    capacity: usize,
+    /// Prompt tokens read per step while answers are being written.
+    shared_prefill: usize,
+    sequences: usize,
+    /// Readied, waiting for a sequence (or for cells).
+    waiting: Vec<Sequence>,
+    running: Vec<Sequence>,
+}
+
+impl Batcher<'_, '_, '_> {
+    fn run(&mut self, jobs: &Receiver<Job>, warm: &Receiver<Generation>, quit: &AtomicBool) {
+        loop {
+            if self.running.is_empty() && self.waiting.is_empty() {
+                match next_job(jobs, warm, quit) {
+                    Some(job) => self.accept(job),
+                    None => break,
+                }
+            }
+            if quit.load(Ordering::SeqCst) {
+                break;
+            }
+            while let Ok(job) = jobs.try_recv() {
+                self.accept(job);
+            }
+            // A warm-up only takes an idle sequence while nothing else waits, one at a time.
+            if self.waiting.is_empty()
+                && self.running.len() < self.sequences
+                && !self.running.iter().any(Sequence::warm)
+            {
+                if let Ok(generation) = warm.try_recv() {
+                    self.accept(Job {
+                        generation,
+                        deltas: None,
+                        done: None,
+                    });
+                }
+            }
+            self.place();
+            self.tend();
+            if !self.step() {
+                // Every running sequence waits for its reader (or nothing runs): wait a
+                // moment for room, or for new work.
+                match jobs.recv_timeout(std::time::Duration::from_millis(2)) {
+                    Ok(job) => self.accept(job),
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                        if self.running.is_empty() && self.waiting.is_empty() {
+                            break;
+                        }
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                }
+            }
+        }
+        // Stopped: what runs is given up (with what it cost), what waits is answered.
+        for mut s in self.running.drain(..) {
+            s.cancel(&self.cache.counters);
+            let result = s
+                .take_result()
+                .expect("a cancelled sequence has its result");
+            s.deliver(result, &self.cache.counters);
+        }
+        for s in self.waiting.drain(..) {
+            s.deliver(
+                Err(LlmError::Engine("the model thread stopped".into())),
+                &self.cache.counters,
+            );
+        }
+    }
+
+    /// Readies a new job; one that cannot run is answered at once.
+    fn accept(&mut self, job: Job) {
+        // A requester that has gone (a REST client that hung up) gets no model time.
+        if job.done.as_ref().is_some_and(oneshot::Sender::is_closed) {
+            return;
+        }
+        match Sequence::new(self.decoder, job.generation, job.deltas, job.done) {
+            Ok(s) => self.waiting.push(s),
+            Err((e, Some(done))) => {
+                let _ = done.send(Err(e));
+            }
+            Err((e, None)) => tracing::debug!(error = %e, "a warm-up cannot run"),
+        }
+    }
+
+    /// Gives waiting requests an idle sequence, live first, as cells allow.
+    fn place(&mut self) {
+        self.waiting.sort_by_key(rank);
+        let mut i = 0;
+        while i < self.waiting.len() && self.running.len() < self.sequences {
+            let s = &self.waiting[i];
+            match self
+                .cache
+                .place(self.ctx, s.tenant.as_deref(), &s.tokens, s.need())
+            {
+                Some(placed) => {
+                    let mut s = self.waiting.remove(i);
+                    s.placed(placed.seq, placed.reused);
+                    self.running.push(s);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Hands text to readers, gives up what was abandoned, and delivers what is over.
+    fn tend(&mut self) {
+        let requests_wait = self.waiting.iter().any(|s| !s.warm());
+        let now = Instant::now();
+        let counters = self.cache.counters.clone();
+        for s in &mut self.running {
+            let reader_gone = s.flush(now).is_err();
+            if s.over() {
+                // Its result is still delivered (with what it cost); its text has nobody left.
+                if reader_gone {
+                    s.drop_text();
+                }
+            } else if reader_gone || s.abandoned(requests_wait) {
+                s.cancel(&counters);
+            }
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            match self.running[i].take_result() {
+                Some(result) => {
+                    let s = self.running.swap_remove(i);
+                    self.cache.release(s.seq);
+                    s.deliver(result, &counters);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// One evaluation for every sequence that has something to evaluate. False when none had.
+    fn step(&mut self) -> bool {
+        self.batch.clear();
+        // (running index, batch entry of its logits or -1, tokens added)
+        let mut parts: Vec<(usize, i32, Vec<LlamaToken>)> = Vec::new();
+        for (i, s) in self.running.iter().enumerate() {
+            if !s.writing() {
+                continue;
+            }
+            let (from, tokens) = s.eval().expect("a writing sequence has tokens to evaluate");
+            let at = self.batch.n_tokens();
+            for (k, &t) in tokens.iter().enumerate() {
+                if let Err(e) = self.batch.add(t, (from + k) as i32, &[s.seq as i32], true) {
+                    tracing::error!(error = %e, "the batch is full");
+                    break;
+                }
+            }
+            parts.push((i, at, tokens.to_vec()));
+        }
+        let mut room = if parts.is_empty() {
+            PROMPT_CHUNK
+        } else {
+            self.shared_prefill
+        }
+        .min(self.capacity.saturating_sub(self.batch.n_tokens() as usize));
+        let mut readers: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].reading())
+            .collect();
+        readers.sort_by_key(|&i| rank(&self.running[i]));
+        let live = self.running.iter().any(|s| class_rank(s) == 0 && !s.over());
+        let best_writer = parts
+            .iter()
+            .map(|(i, _, _)| class_rank(&self.running[*i]))
+            .min();
+        // A warm-up only saves later work: beside any request it reads a few tokens a step.
+        let requests = self.running.iter().any(|s| !s.warm() && !s.over());
+        for i in readers {
+            if room == 0 {
+                break;
+            }
+            let class = class_rank(&self.running[i]);
+            let most = if live && class > 0 {
+                0
+            } else if best_writer.is_some_and(|w| w < class) || (class == 3 && requests) {
+                YIELD_CHUNK
+            } else {
+                room
+            };
+            let seq = self.running[i].seq as i32;
+            let Some((chunk, tokens)) = self.running[i].chunk(room.min(most)) else {
+                continue;
+            };
+            let tokens = tokens.to_vec();
+            let mut at = -1;
+            for (k, &t) in tokens.iter().enumerate() {
+                let last = chunk.last && k + 1 == tokens.len();
+                if last {
+                    at = self.batch.n_tokens();
+                }
+                if let Err(e) = self.batch.add(t, (chunk.from + k) as i32, &[seq], last) {
+                    tracing::error!(error = %e, "the batch is full");
+                    break;
+                }
+            }
+            room -= tokens.len();
+            parts.push((i, at, tokens));
+        }
+        if parts.is_empty() {
+            return false;
+        }
+        match self.ctx.decode(&mut self.batch) {
+            Ok(()) => {
+                for (i, at, tokens) in parts {
+                    let s = &mut self.running[i];
+                    self.cache.decoded(s.seq, &tokens);
+                    s.answered(self.decoder.model, self.ctx, self.cache, at);
+                }
+            }
+            Err(e) => {
+                // Nothing half-evaluated is ever reused: every sequence of the batch is
+                // emptied and its request fails.
+                tracing::error!(error = %e, sequences = parts.len(), "evaluation failed");
+                for (i, _, _) in parts {
+                    let seq = self.running[i].seq;
+                    self.cache.forget(self.ctx, seq);
+                    self.running[i].fail(engine(&e));
+                }
+            }
+        }
+        true
     }
 }
 
@@ -173,86 +459,99 @@ pub(super) fn worker(
 /// generation up: the model is shared, and a client that stopped reading must not hold it.
 pub(super) const DELTA_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Text of the answer, past the gate: added to `answer` (white space aside) when odds are
-/// taken, and streamed as far as the gate lets it. Whether a stop string ended the answer.
-pub(super) fn shown(
-    text: &str,
-    answer: Option<&mut String>,
-    gate: &mut StreamGate,
-    deltas: Option<&tokio::sync::mpsc::Sender<String>>,
-) -> Result<bool, LlmError> {
-    if let Some(answer) = answer {
-        answer.extend(text.chars().filter(|c| !c.is_whitespace()));
-    }
-    let (emit, stopped) = gate.push(text);
-    if !emit.is_empty() {
-        if let Some(tx) = deltas {
-            send_delta(tx, emit)?;
-        }
-    }
-    Ok(stopped)
+/// Text for one reader, in order, handed over as far as the reader takes it: a reader that
+/// is slow holds back its own sequence, never the others'.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    queue: std::collections::VecDeque<String>,
+    /// Since when the reader has taken nothing while text waits.
+    blocked_since: Option<Instant>,
 }
 
-/// Hands a delta to its reader, waiting at most [`DELTA_WAIT`] for room; a reader that has
-/// gone or stalls cancels the generation.
-pub(super) fn send_delta(
-    tx: &tokio::sync::mpsc::Sender<String>,
-    text: String,
-) -> Result<(), LlmError> {
-    send_within(tx, text, DELTA_WAIT)
-}
+impl Outbox {
+    pub(super) fn push(&mut self, text: String) {
+        self.queue.push_back(text);
+    }
 
-pub(super) fn send_within(
-    tx: &tokio::sync::mpsc::Sender<String>,
-    text: String,
-    wait: std::time::Duration,
-) -> Result<(), LlmError> {
-    use tokio::sync::mpsc::error::TrySendError;
-    let deadline = std::time::Instant::now() + wait;
-    let mut text = text;
-    loop {
-        match tx.try_send(text) {
-            Ok(()) => return Ok(()),
-            Err(TrySendError::Closed(_)) => {
-                return Err(LlmError::Cancelled {
-                    usage: Usage::default(),
-                })
-            }
-            Err(TrySendError::Full(back)) => {
-                if std::time::Instant::now() >= deadline {
-                    tracing::warn!(
-                        wait_s = wait.as_secs_f64(),
-                        "a stream reader took no delta; generation stopped"
-                    );
-                    return Err(LlmError::Cancelled {
-                        usage: Usage::default(),
-                    });
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.queue.clear();
+    }
+
+    /// Hands what waits to `tx` as far as it has room, at `now`. `Err` when the reader has
+    /// gone, or has taken nothing for `wait` while text waited: the generation is given up.
+    pub(super) fn flush(
+        &mut self,
+        tx: &tokio::sync::mpsc::Sender<String>,
+        now: Instant,
+        wait: std::time::Duration,
+    ) -> Result<(), ()> {
+        use tokio::sync::mpsc::error::TrySendError;
+        while let Some(text) = self.queue.pop_front() {
+            match tx.try_send(text) {
+                Ok(()) => self.blocked_since = None,
+                Err(TrySendError::Closed(_)) => return Err(()),
+                Err(TrySendError::Full(back)) => {
+                    self.queue.push_front(back);
+                    let since = *self.blocked_since.get_or_insert(now);
+                    if now.duration_since(since) >= wait {
+                        tracing::warn!(
+                            wait_s = wait.as_secs_f64(),
+                            "a stream reader took no delta; generation stopped"
+                        );
+                        return Err(());
+                    }
+                    return Ok(());
                 }
-                text = back;
-                std::thread::sleep(std::time::Duration::from_millis(5));
             }
         }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
-    fn a_stalled_or_gone_reader_frees_the_model() {
+    fn a_slow_reader_holds_its_text_in_order_and_a_stalled_or_gone_one_ends_it() {
+        let t0 = Instant::now();
+        let secs = |s: u64| t0 + Duration::from_secs(s);
+        let wait = Duration::from_secs(10);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
-        send_within(&tx, "a".into(), std::time::Duration::from_millis(50)).unwrap();
-        // Full, and nobody takes: the generation gives up after the wait.
-        let started = std::time::Instant::now();
-        let stalled = send_within(&tx, "b".into(), std::time::Duration::from_millis(50));
-        assert!(matches!(stalled, Err(LlmError::Cancelled { .. })));
-        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+        let mut outbox = Outbox::default();
+        for piece in ["a", "b", "c"] {
+            outbox.push(piece.into());
+        }
+        // Room for one: the rest waits, in order.
+        outbox.flush(&tx, secs(0), wait).unwrap();
+        assert!(!outbox.is_empty());
         assert_eq!(rx.try_recv().unwrap(), "a");
+        outbox.flush(&tx, secs(1), wait).unwrap();
+        // The reader takes nothing more: within the wait, counted from when "c" first found
+        // no room (1 s), the text stays; past it, the generation ends.
+        outbox.flush(&tx, secs(5), wait).unwrap();
+        outbox.flush(&tx, secs(10), wait).unwrap();
+        assert!(outbox.flush(&tx, secs(11), wait).is_err());
+        assert_eq!(rx.try_recv().unwrap(), "b");
+        // A reader that takes something starts the wait again.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
+        let mut outbox = Outbox::default();
+        outbox.push("x".into());
+        outbox.push("y".into());
+        outbox.flush(&tx, secs(0), wait).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), "x");
+        outbox.flush(&tx, secs(9), wait).unwrap();
+        outbox.push("z".into());
+        outbox.flush(&tx, secs(9), wait).unwrap();
+        outbox.flush(&tx, secs(15), wait).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), "y");
+        // A reader that has gone ends it at once.
         drop(rx);
-        assert!(matches!(
-            send_within(&tx, "c".into(), std::time::Duration::from_secs(60)),
-            Err(LlmError::Cancelled { .. })
-        ));
+        assert!(outbox.flush(&tx, secs(16), wait).is_err());
     }
 }

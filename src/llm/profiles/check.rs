@@ -267,6 +267,7 @@ async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage),
                 json_schema: Some(schema()),
                 response_format: None,
                 tenant: None,
+                class: crate::llm::fair::Class::default(),
                 odds: Some(Odds {
                     after: TOPIC_AT.to_owned(),
                     words: TOPICS.iter().map(|s| s.to_string()).collect(),

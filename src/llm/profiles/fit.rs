@@ -49,6 +49,7 @@ pub(super) async fn generate_fitted(
             }),
             response_format: None,
             tenant: None,
+            class: crate::llm::fair::Class::default(),
             odds: Some(if kind == ProfileKind::Intent {
                 Odds {
                     after: INTENT_AT.to_owned(),

@@ -51,6 +51,10 @@ enum Queued {
         kind: UsageKind,
         amount: u64,
     },
+    LeavePlace {
+        name: String,
+        holder: String,
+    },
 }
 
 /// This process's part in the instances' shared state.
@@ -134,6 +138,13 @@ impl Instance {
         });
     }
 
+    pub(super) fn leave_place(&self, name: &str, holder: &str) {
+        self.queue(Queued::LeavePlace {
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+        });
+    }
+
     pub(super) fn call_ended(&self, call_id: &str) {
         self.queue(Queued::CallEnded(call_id.to_owned()));
     }
@@ -195,6 +206,7 @@ impl Instance {
             "instances WHERE id",
             "reservations WHERE instance_id",
             "live_calls WHERE instance_id",
+            "places WHERE instance_id",
         ] {
             exec(&tx, &format!("DELETE FROM {table} = $1"), &[&self.id]).await?;
         }
@@ -221,6 +233,8 @@ async fn apply_writes(
                 Queued::CallEnded(_) => "unlist a call",
                 // The reservation stays held until this instance's rows are cleared.
                 Queued::Release { .. } => "give a reservation back",
+                // The place stays taken until this instance's rows are cleared.
+                Queued::LeavePlace { .. } => "give a place back",
             };
             tracing::warn!(error = %e, "cannot {what}");
         }
@@ -252,6 +266,13 @@ async fn apply(
             &conn,
             "DELETE FROM live_calls WHERE call_id = $1",
             &[call_id],
+        )
+        .await
+        .map(drop),
+        Queued::LeavePlace { name, holder } => exec(
+            &conn,
+            "DELETE FROM places WHERE name = $1 AND holder = $2",
+            &[name, holder],
         )
         .await
         .map(drop),
@@ -380,7 +401,7 @@ async fn background(
 }
 
 /// Writes this instance's heartbeat (registering it again if a sweep removed it), and
-/// deletes instances that stopped beating, with their reservations and calls.
+/// deletes instances that stopped beating, with their reservations, calls and places.
 async fn heartbeat(client: &tokio_postgres::Client, instance: &str) -> Result<(), StoreError> {
     client
         .execute(
@@ -399,7 +420,9 @@ async fn heartbeat(client: &tokio_postgres::Client, instance: &str) -> Result<()
              DELETE FROM reservations r
                  WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = r.instance_id);
              DELETE FROM live_calls c
-                 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = c.instance_id);"
+                 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = c.instance_id);
+             DELETE FROM places p
+                 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = p.instance_id);"
         ))
         .await
         .map_err(backend)

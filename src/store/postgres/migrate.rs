@@ -30,6 +30,7 @@ pub const FILES: &[(&str, &str)] = &[
         "V4__org_mcp_allow",
         include_str!("../migrations/V4__org_mcp_allow.sql"),
     ),
+    ("V5__places", include_str!("../migrations/V5__places.sql")),
 ];
 
 /// The migrator over [`FILES`].

@@ -157,14 +157,16 @@ impl Store for PgStore {
         rows.iter().map(|r| self.org_from(r)).collect()
     }
 
-    async fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+    async fn insert_api_key(&self, key: &ApiKey, most: usize) -> Result<(), StoreError> {
         let hash = hex_to_hash(&key.hash).ok_or_else(|| {
             StoreError::Corrupt(key.id.clone(), "hash is not 64 hex digits".into())
         })?;
         let hash = hash.to_vec();
-        let conn = self.conn().await?;
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await.map_err(backend)?;
+        under_cap(&tx, "api_keys", "API key", &key.org_id, most).await?;
         let result = exec_raw(
-            &conn,
+            &tx,
             &format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
             &[
                 &key.id,
@@ -178,7 +180,7 @@ impl Store for PgStore {
         )
         .await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(_) => tx.commit().await.map_err(backend),
             Err(e) if is_unique_violation(&e) => Err(StoreError::Exists {
                 kind: "API key",
                 id: key.id.clone(),
@@ -240,11 +242,14 @@ impl Store for PgStore {
         &self,
         connector: &Connector,
         secret: &[u8],
+        most: usize,
     ) -> Result<(), StoreError> {
         let sealed = self.secrets.seal(&connector.client_id, secret);
-        let conn = self.conn().await?;
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await.map_err(backend)?;
+        under_cap(&tx, "connectors", "connector", &connector.org_id, most).await?;
         let inserted = exec(
-            &conn,
+            &tx,
             &format!(
                 "INSERT INTO connectors ({CONNECTOR_COLUMNS}, secret_sealed)
                  VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING"
@@ -266,7 +271,7 @@ impl Store for PgStore {
                 id: connector.client_id.clone(),
             });
         }
-        Ok(())
+        tx.commit().await.map_err(backend)
     }
 
     async fn rotate_connector(
@@ -379,4 +384,33 @@ impl Store for PgStore {
         .await?;
         rows.iter().map(|row| decode_event(row.get(0))).collect()
     }
+}
+
+/// Checks, inside `tx` and under a lock per organisation and table held until `tx` ends, that
+/// `org_id` has fewer than `most` rows of `table` not revoked: two instances adding at once
+/// take turns, so the cap holds in total.
+async fn under_cap(
+    tx: &deadpool_postgres::Transaction<'_>,
+    table: &'static str,
+    kind: &'static str,
+    org_id: &str,
+    most: usize,
+) -> Result<(), StoreError> {
+    exec(
+        tx,
+        "SELECT pg_advisory_xact_lock(hashtextextended('cap/' || $1 || '/' || $2, 0))",
+        &[&table, &org_id],
+    )
+    .await?;
+    let live: i64 = opt(
+        tx,
+        &format!("SELECT count(*) FROM {table} WHERE org_id = $1 AND revoked_at_ms IS NULL"),
+        &[&org_id],
+    )
+    .await?
+    .map_or(0, |row| row.get(0));
+    if usize::try_from(live).unwrap_or(usize::MAX) >= most {
+        return Err(StoreError::Cap { kind, most });
+    }
+    Ok(())
 }

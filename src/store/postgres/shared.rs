@@ -193,6 +193,24 @@ impl SharedState for PgStore {
         }
     }
 
+    async fn take_place(&self, name: &str, holder: &str, cap: usize) -> Result<bool, StoreError> {
+        // What this instance gave back is seen.
+        self.instance.caught_up().await;
+        let conn = self.conn().await?;
+        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+        let taken = opt(
+            &conn,
+            "SELECT callstream_take_place($1, $2, $3, $4, $5)",
+            &[&self.instance.id, &name, &holder, &cap, &INSTANCE_STALE_MS],
+        )
+        .await?;
+        Ok(taken.is_some_and(|row| row.get::<_, bool>(0)))
+    }
+
+    fn leave_place(&self, name: &str, holder: &str) {
+        self.instance.leave_place(name, holder);
+    }
+
     async fn settle(
         &self,
         _ledger: &dyn UsageSink,

@@ -44,6 +44,10 @@ pub struct Db {
     usage_daily: sled::Tree,
     secrets: SecretBox,
     commits: GroupCommit,
+    // A parking_lot Mutex: held while an organisation's keys or connectors are counted and one
+    // is added, so two creations at once cannot both pass the cap. One process owns the
+    // database, so a lock in it is enough.
+    creating: parking_lot::Mutex<()>,
 }
 
 /// Group commit for charges: every charge is applied at once, and one fsync then makes all the
@@ -196,6 +200,7 @@ impl Db {
             db,
             secrets,
             commits: GroupCommit::default(),
+            creating: parking_lot::Mutex::new(()),
         })
     }
 
@@ -341,7 +346,19 @@ impl Db {
         Ok(orgs)
     }
 
-    pub(super) fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+    pub(super) fn insert_api_key(&self, key: &ApiKey, most: usize) -> Result<(), StoreError> {
+        let _alone = self.creating.lock();
+        let live = self
+            .api_keys(&key.org_id)?
+            .iter()
+            .filter(|k| k.revoked_at_ms.is_none())
+            .count();
+        if live >= most {
+            return Err(StoreError::Cap {
+                kind: "API key",
+                most,
+            });
+        }
         let hash = hex_to_hash(&key.hash).ok_or_else(|| {
             StoreError::Corrupt(key.id.clone(), "hash is not 64 hex digits".into())
         })?;
@@ -443,7 +460,20 @@ impl Db {
         &self,
         connector: &Connector,
         secret: &[u8],
+        most: usize,
     ) -> Result<(), StoreError> {
+        let _alone = self.creating.lock();
+        let live = self
+            .connectors(&connector.org_id)?
+            .iter()
+            .filter(|c| c.revoked_at_ms.is_none())
+            .count();
+        if live >= most {
+            return Err(StoreError::Cap {
+                kind: "connector",
+                most,
+            });
+        }
         let rec = ConnectorRecord {
             connector: connector.clone(),
             secret_sealed: b64().encode(self.secrets.seal(&connector.client_id, secret)),

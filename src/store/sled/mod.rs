@@ -77,9 +77,9 @@ impl Store for SledStore {
         self.blocking(|db| db.orgs()).await
     }
 
-    async fn insert_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+    async fn insert_api_key(&self, key: &ApiKey, most: usize) -> Result<(), StoreError> {
         let key = key.clone();
-        self.blocking(move |db| db.insert_api_key(&key)).await
+        self.blocking(move |db| db.insert_api_key(&key, most)).await
     }
 
     async fn revoke_api_key(&self, id: &str, at_ms: i64) -> Result<ApiKey, StoreError> {
@@ -106,9 +106,10 @@ impl Store for SledStore {
         &self,
         connector: &Connector,
         secret: &[u8],
+        most: usize,
     ) -> Result<(), StoreError> {
         let (connector, secret) = (connector.clone(), secret.to_vec());
-        self.blocking(move |db| db.insert_connector(&connector, &secret))
+        self.blocking(move |db| db.insert_connector(&connector, &secret, most))
             .await
     }
 
