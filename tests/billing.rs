@@ -325,7 +325,8 @@ async fn chat_work_that_fails_after_it_ran_is_billed_for_what_it_used() {
 
     // A client that hangs up before the answer: what was generated is billed.
     let (org, _, key) = env.org_with_key("HungUp");
-    fake.set_delay(Duration::from_millis(1500));
+    // Slower than the client waits, quicker than the service waits for the provider (1.5 s).
+    fake.set_delay(Duration::from_millis(1000));
     let hung_up = tokio::time::timeout(
         Duration::from_millis(500),
         client

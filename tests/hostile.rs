@@ -573,7 +573,7 @@ async fn secrets_stay_out_of_logs_and_the_data_directory_is_private() {
         &reqwest::Client::new(),
         &server.url("/api/llm/chat/completions"),
         &key,
-        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+        &json!({"messages": [{"role": "user", "content": "hi"}], "return_markdown": false, "max_tokens": 4}),
     )
     .await;
     assert_eq!(status, 200);

@@ -1,7 +1,7 @@
 //! Who is served next when the model has room: the waiting requests of every organisation, in
 //! three classes, and the rules that share the model's places between them. No I/O and no
 //! clock: [`FairQueue::push`] files a request, [`FairQueue::admit`] names the next one to run,
-//! [`FairQueue::finish`] frees its place. [`super::fair_provider`] drives it for a provider.
+//! [`FairQueue::finish`] frees its place. `fair_provider.rs` drives it for a provider.
 //!
 //! The rules, in order:
 //! - `live` (a call's `analyze`) goes first, and has one place of its own besides the
