@@ -32,6 +32,8 @@ pub struct App {
     pub asr: Arc<callstream_actors::asr::pool::AsrPool>,
     /// Live calls: connector authentication, billing, intent analysis.
     pub calls: Arc<crate::calls::Calls>,
+    /// How many more live calls this instance takes (admission control).
+    pub capacity: Arc<crate::capacity::LiveCapacity>,
     /// Caps on sessions and calls held open at once per key, connector and organisation.
     pub slots: Arc<crate::auth::slots::Slots>,
     /// State shared with the other instances on the same database.
@@ -157,6 +159,10 @@ impl AppBuilder {
             crate::usage::Quotas::new(config.clone(), store.clone(), opened.shared.clone());
         Ok(App {
             lifecycle: Arc::default(),
+            capacity: Arc::new(crate::capacity::LiveCapacity::new(
+                config.calls.max_calls_per_instance,
+                std::time::Duration::from_millis(config.calls.admit_max_wait_ms),
+            )),
             slots: Arc::new(crate::auth::slots::Slots::new(opened.shared.clone())),
             sessions: Arc::new(crate::auth::sessions::Sessions::new(opened.shared.clone())),
             sign_in: Arc::new(crate::auth::sessions::SignIn::new(

@@ -129,6 +129,15 @@ pub enum CallError {
     /// The connection failed.
     #[error("connection failed: {0}")]
     Connect(String),
+    /// The server answered the upgrade with an HTTP status instead of a socket (a cap, or
+    /// an instance at its live-call capacity).
+    #[error("refused with HTTP {status}: {body}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// Its body.
+        body: String,
+    },
     /// The server broke the protocol or went silent.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -245,7 +254,14 @@ pub async fn run_call(
     let config = WebSocketConfig::default().max_message_size(Some(1 << 20));
     let (socket, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), false)
         .await
-        .map_err(|e| CallError::Connect(e.to_string()))?;
+        .map_err(|e| match e {
+            tungstenite::Error::Http(response) => CallError::Refused {
+                status: response.status().as_u16(),
+                body: String::from_utf8_lossy(response.body().as_deref().unwrap_or_default())
+                    .into_owned(),
+            },
+            e => CallError::Connect(e.to_string()),
+        })?;
     let (mut tx, mut rx) = socket.split();
     let mut client = Client {
         id: session,

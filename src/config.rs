@@ -457,6 +457,11 @@ pub struct CallsConfig {
     pub max_calls_per_connector: usize,
     /// Calls in progress at once per organisation.
     pub max_calls_per_org: usize,
+    /// Calls in progress at once on this instance, whoever owns them (admission control).
+    pub max_calls_per_instance: usize,
+    /// A new call is refused while a live utterance is expected to wait longer than this for
+    /// a speech worker (admission control).
+    pub admit_max_wait_ms: u64,
     /// A client that reads nothing of what it is sent for this long has gone: the call ends.
     pub write_timeout_ms: u64,
     /// A connection probe (nil conversation and participant) is closed after this long.
@@ -604,6 +609,8 @@ impl Config {
             || r.write_timeout_ms < 100
             || c.max_calls_per_connector == 0
             || c.max_calls_per_org == 0
+            || c.max_calls_per_instance == 0
+            || c.admit_max_wait_ms < 100
             || c.write_timeout_ms < 100
             || c.probe_timeout_ms < 100
             || self.server.max_connections == 0

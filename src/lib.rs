@@ -12,6 +12,7 @@ pub mod body_pace;
 pub mod call_intent;
 pub mod callclient;
 pub mod calls;
+pub mod capacity;
 pub mod clock;
 pub mod config;
 pub mod dashboard;

@@ -71,6 +71,21 @@ pub enum LiveEvent {
         /// Call id.
         call_id: String,
     },
+    /// A new call of the organisation was refused: the instance was at its live-call
+    /// capacity (see [`crate::capacity`]).
+    Refused {
+        /// RFC 3339.
+        at: String,
+    },
+}
+
+/// An organisation's calls refused at capacity on this instance since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Refusals {
+    /// How many.
+    pub count: u64,
+    /// When the last one was, RFC 3339.
+    pub last_at: Option<String>,
 }
 
 /// The calls in progress, per organisation, and a feed of what happens to them: (organisation
@@ -78,6 +93,8 @@ pub enum LiveEvent {
 pub struct LiveCalls {
     // A parking_lot Mutex: a map update per transcript, never held across an await.
     calls: Mutex<HashMap<String, LiveCall>>,
+    // One entry per organisation that had a call refused (bounded by the organisations).
+    refusals: Mutex<HashMap<String, Refusals>>,
     feed: broadcast::Sender<(String, String)>,
     shared: Arc<dyn SharedState>,
 }
@@ -106,6 +123,7 @@ impl LiveCalls {
         }
         Self {
             calls: Default::default(),
+            refusals: Default::default(),
             feed,
             shared,
         }
@@ -134,6 +152,27 @@ impl LiveCalls {
         }
         list.sort_by(|a, b| a.started_at.cmp(&b.started_at));
         list
+    }
+
+    /// A call of `org_id` was refused at capacity: counted for its live page, which is told.
+    pub fn refused(&self, org_id: &str) {
+        let at = crate::clock::rfc3339(crate::clock::now_ms());
+        {
+            let mut refusals = self.refusals.lock();
+            let entry = refusals.entry(org_id.to_owned()).or_default();
+            entry.count += 1;
+            entry.last_at = Some(at.clone());
+        }
+        self.publish(org_id.to_owned(), LiveEvent::Refused { at });
+    }
+
+    /// `org_id`'s calls refused at capacity on this instance since it started.
+    pub fn refusals_of(&self, org_id: &str) -> Refusals {
+        self.refusals
+            .lock()
+            .get(org_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Everything that happens from now on: (organisation id, event JSON).

@@ -906,3 +906,132 @@ async fn languages_are_offered_as_bcp_47_tags_and_followed_mid_call() {
         }
     }
 }
+
+/// Admission control on the real engine: an instance at its ceiling of live calls
+/// (`calls.max_calls_per_instance`) refuses another organisation's new call before the upgrade
+/// (503 `at_capacity` with Retry-After), answers `full` on `/readyz`, counts the refusal in
+/// `/metrics`, on the refused organisation's live page and in its live feed, and keeps
+/// transcribing the call in progress; once that call ends the next one is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_instance_refuses_a_new_call_before_the_upgrade_and_keeps_its_calls() {
+    let (_fake, env, server) = setup(&[("CALLSTREAM_CALLS__MAX_CALLS_PER_INSTANCE", "1")]).await;
+    let a_org = env.org_on_plan("Calling", "team");
+    let (a_id, a_secret) = env.connector(&a_org);
+    let b_org = env.org_on_plan("Refused", "team");
+    let (b_id, b_secret) = env.connector(&b_org);
+    let password = "a long and good password";
+    let client = common::dashboard::user_and_client(&env, &b_org, "b@example.com", password);
+    let cookie =
+        common::dashboard::session_cookie(&client, &server, "b@example.com", password).await;
+    let mut feed = client
+        .get(server.url("/dashboard/calls/events"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(feed.status(), 200);
+    let readyz = server.url("/readyz");
+    let ready = || {
+        let url = readyz.clone();
+        async move {
+            let r = reqwest::get(url).await.unwrap();
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap();
+            (status, body["status"].clone(), body["live_calls"].clone())
+        }
+    };
+    assert_eq!(ready().await, (200, json!("ready"), json!(0)));
+
+    // A's call opens and streams the first part of the Genesys call.
+    let headers = signed(&server, &a_id, &a_secret, now());
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "opened");
+    let audio = call_pcmu(20.0);
+    let (first, rest) = audio.split_at(audio.len() / 2 / 3200 * 3200);
+    for frame in first.chunks(3200) {
+        ws.send(Message::binary(frame.to_vec())).await.unwrap();
+    }
+
+    // The instance is full: B's call is refused before the upgrade.
+    assert_eq!(ready().await, (503, json!("full"), json!(1)));
+    let mut request = ws_url(&server).into_client_request().unwrap();
+    for (k, v) in signed(&server, &b_id, &b_secret, now()) {
+        request.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 503);
+            let retry: u64 = resp.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(retry >= 1, "{retry}");
+            let body: Value = serde_json::from_slice(resp.body().as_deref().unwrap()).unwrap();
+            assert_eq!(body["error"]["code"], "at_capacity", "{body}");
+        }
+        other => panic!("expected 503, got {other:?}"),
+    }
+    assert_eq!(
+        common::audiohook::metric(&server, "callstream_calls_refused_at_ceiling_total").await,
+        1.0
+    );
+    // B's live page is told, and shows it when loaded.
+    let told = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut seen = String::new();
+        while let Ok(Some(chunk)) = feed.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains(r#""type":"refused""#) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(told.is_ok(), "the live feed did not tell of the refusal");
+    let page = client
+        .get(server.url("/dashboard/calls"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(r#"id="refused" data-count="1""#), "{page}");
+
+    // The call in progress is still transcribed to its end.
+    for frame in rest.chunks(3200) {
+        ws.send(Message::binary(frame.to_vec())).await.unwrap();
+    }
+    c.send(&mut ws, "close", json!({"reason": "end"})).await;
+    let mut transcripts = 0;
+    loop {
+        let m = c.recv(&mut ws).await;
+        match m["type"].as_str() {
+            Some("event") => transcripts += 1,
+            Some("closed") => break,
+            _ => {}
+        }
+    }
+    assert!(transcripts > 0, "the call in progress was transcribed");
+    drop(ws);
+
+    // Its place is free once it has ended: B's next call is taken.
+    let freed = tokio::time::timeout(Duration::from_secs(20), async {
+        while ready().await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(freed.is_ok(), "the ended call's place was not freed");
+    let headers = signed(&server, &b_id, &b_secret, now());
+    let mut ws = connect(&server, &headers).await;
+    let mut c = Client::of(&headers);
+    c.send(&mut ws, "open", open_params(stereo_pcmu())).await;
+    assert_eq!(c.recv(&mut ws).await["type"], "opened");
+}

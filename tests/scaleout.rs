@@ -312,10 +312,12 @@ async fn a_draining_instance_refuses_new_calls_while_its_call_completes_and_is_b
         let url = server.url("/readyz");
         async move {
             let r = reqwest::get(url).await.unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            let status = r.status().as_u16();
+            let body = r.json::<Value>().await.unwrap();
+            (status, body["status"].clone(), body["live_calls"].clone())
         }
     };
-    assert_eq!(ready(&a).await, (200, json!({"status": "ready"})));
+    assert_eq!(ready(&a).await, (200, json!("ready"), json!(0)));
 
     // A 6-second call on A; a second into it, A is told to stop.
     let sent = Arc::new(AtomicU64::new(0));
@@ -330,8 +332,9 @@ async fn a_draining_instance_refuses_new_calls_while_its_call_completes_and_is_b
     }
     a.terminate();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ready(&a).await, (503, json!({"status": "draining"})));
-    assert_eq!(ready(&b).await, (200, json!({"status": "ready"})));
+    // The call still runs on A.
+    assert_eq!(ready(&a).await, (503, json!("draining"), json!(1)));
+    assert_eq!(ready(&b).await, (200, json!("ready"), json!(0)));
     // A new call is refused by A (the load balancer would send it to B, which takes it).
     match tokio_tungstenite::connect_async(call_request(&a, &client_id, &secret)).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {

@@ -181,6 +181,89 @@ fn a_full_live_queue_refuses_at_once_and_hands_the_job_back() {
 }
 
 #[test]
+fn the_live_backlog_and_the_wait_for_a_worker_are_measured() {
+    let gate = Gate::closed();
+    let (pool, _) = pool(&gate, one_worker(4));
+    let (order, rx) = Order::new();
+    let load = &pool.stats().live_load;
+    // The worker is held in a decode; 2.5 s and 1.5 s of live audio wait behind it.
+    pool.submit_live(order.job_of("taken", "en", 1.0)).unwrap();
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    assert_eq!(load.queued_ms(), 0, "a job taken is no longer waiting");
+    pool.submit_live(order.job_of("queued-0", "en", 2.5))
+        .unwrap();
+    pool.submit_live(order.job_of("queued-1", "en", 1.5))
+        .unwrap();
+    assert_eq!(load.queued_ms(), 4_000);
+    // A refused job was never counted as waiting.
+    pool.submit_live(order.job_of("queued-2", "en", 1.0))
+        .unwrap();
+    pool.submit_live(order.job_of("queued-3", "en", 1.0))
+        .unwrap();
+    assert!(pool
+        .submit_live(order.job_of("refused", "en", 7.0))
+        .is_err());
+    assert_eq!(load.queued_ms(), 6_000);
+    let held = Duration::from_millis(200);
+    std::thread::sleep(held);
+    gate.open();
+    wait(&rx, 5);
+    assert_eq!(load.queued_ms(), 0);
+    // The queued jobs waited at least as long as the worker was held.
+    let waited = load.recent_wait(std::time::Instant::now());
+    assert!(waited >= held.mul_f64(0.5), "{waited:?}");
+}
+
+fn two_workers() -> PoolConfig {
+    PoolConfig {
+        workers: 2,
+        max_batch: 1,
+        live_queue: 4,
+        file_queue: 16,
+    }
+}
+
+#[test]
+fn while_a_call_is_in_progress_one_worker_is_kept_for_live_work() {
+    let gate = Gate::closed();
+    let (pool, engine) = pool(&gate, two_workers());
+    let (order, rx) = Order::new();
+    let call = pool.live_call();
+    for name in ["file-0", "file-1", "file-2"] {
+        pool.submit_file(order.job(name, "en")).unwrap();
+    }
+    // One worker takes file work; the other is kept. A live utterance goes to it at once,
+    // while two file jobs still wait.
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    pool.submit_live(order.job("live", "en")).unwrap();
+    assert!(gate.wait_arrived(2, Duration::from_secs(60)));
+    let snap = pool.snapshot();
+    assert_eq!((snap.live_queued, snap.file_queued), (0, 2), "{snap:?}");
+    // The file still finishes, on one worker, while the call goes on.
+    gate.open();
+    wait(&rx, 4);
+    assert_eq!(engine.decoded(), 4);
+    assert_eq!(order.done.lock().len(), 4);
+    drop(call);
+}
+
+#[test]
+fn without_calls_every_worker_takes_file_work() {
+    let gate = Gate::closed();
+    let (pool, _) = pool(&gate, two_workers());
+    let (order, rx) = Order::new();
+    let call = pool.live_call();
+    drop(call);
+    for name in ["file-0", "file-1", "file-2"] {
+        pool.submit_file(order.job(name, "en")).unwrap();
+    }
+    assert!(gate.wait_arrived(2, Duration::from_secs(60)));
+    assert_eq!(pool.snapshot().file_queued, 1);
+    gate.open();
+    wait(&rx, 3);
+}
+
+#[test]
 fn an_unknown_language_fails_its_job_and_the_worker_carries_on() {
     let gate = Gate::default();
     let (pool, _) = pool(&gate, one_worker(4));

@@ -473,7 +473,12 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
             Ok(report) => pages::usage(s, &org, &report),
             Err(e) => return failure(e),
         },
-        "calls" => pages::calls(s, &org, &app.calls.live.of_org(&org.id).await),
+        "calls" => pages::calls(
+            s,
+            &org,
+            &app.calls.live.of_org(&org.id).await,
+            &app.calls.live.refusals_of(&org.id),
+        ),
         _ => {
             return html(
                 StatusCode::NOT_FOUND,

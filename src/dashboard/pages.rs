@@ -6,7 +6,7 @@ use warp::hyper::Body;
 
 use super::{Notice, Session};
 use crate::admin::{ConnectorView, KeyView};
-use crate::live::LiveCall;
+use crate::live::{LiveCall, Refusals};
 use crate::store::Org;
 use crate::usage::UsageReport;
 use callstream_actors::usage::UsageKind;
@@ -460,12 +460,19 @@ pub fn usage(s: &Session, org: &Org, report: &UsageReport) -> String {
 }
 
 /// Calls in progress, filled in live by the script.
-pub fn calls(s: &Session, org: &Org, calls: &[LiveCall]) -> String {
+pub fn calls(s: &Session, org: &Org, calls: &[LiveCall], refusals: &Refusals) -> String {
     let initial = serde_json::to_string(calls).expect("calls serialize");
+    let last = refusals
+        .last_at
+        .as_deref()
+        .map(|at| format!(", the last at {} UTC", esc(at.get(11..19).unwrap_or(at))))
+        .unwrap_or_default();
     let content = format!(
         r#"<p>Calls streaming now through this organisation's connectors. Final transcripts appear as they are recognised.</p>
 <p id="live-status" role="status">Connecting…</p>
+<p id="refused" data-count="{count}">New calls refused because the service was at its live-call capacity: <span class="n">{count}</span><span class="last">{last}</span>. A refused call is retried by the platform; the calls in progress are not slowed.</p>
 <div id="calls" data-initial="{initial}" aria-live="polite"></div>"#,
+        count = refusals.count,
         initial = esc(&initial)
     );
     layout(s, org, "calls", "Live calls", &content)

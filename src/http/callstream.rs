@@ -31,6 +31,7 @@ use crate::auth::rfc9421::RequestParts;
 use crate::auth::slots::Slot;
 use crate::auth::AuthError;
 use crate::calls::HandshakeError;
+use crate::capacity::{LiveLag, Place};
 use crate::http::errors::{close_frame, is_too_big, ApiError, SocketClose};
 
 /// The close frame for `why`.
@@ -67,7 +68,7 @@ async fn handshake(
     }
     let verdict = match authenticate(&app, path.as_str(), &query, &headers).await {
         Ok(account) => match admit(&app, &account).await {
-            Ok(slots) => Ok((account, slots)),
+            Ok(places) => Ok((account, places)),
             Err(refused) => return refused.to_response(),
         },
         // The nonces could not be checked (the store is down, or full of nonces that have
@@ -90,17 +91,24 @@ async fn handshake(
         .max_frame_size(max)
         .on_upgrade(move |socket| async move {
             match verdict {
-                Ok((account, _slots)) => call(app, account, session_header, socket).await,
+                Ok((account, _places)) => call(app, account, session_header, socket).await,
                 Err(()) => refuse(socket).await,
             }
         })
         .into_response()
 }
 
-/// Takes the call's places under its connector's and its organisation's caps (the plan's
-/// `max_live_calls`, within `calls.max_calls_per_org`), counted over every instance, or says
-/// why not (answered 429 before the upgrade, so the platform retries later).
-async fn admit(app: &App, account: &Account) -> Result<(Slot, Slot), ApiError> {
+/// Takes the call's places: one on this instance while it has room for another call
+/// ([`crate::capacity`]: refused `503` `at_capacity`, so the platform retries later or
+/// elsewhere, and the calls in progress keep their speech workers), then under its
+/// connector's and its organisation's caps (the plan's `max_live_calls`, within
+/// `calls.max_calls_per_org`), counted over every instance (refused `429`). Both are answered
+/// before the upgrade.
+async fn admit(app: &App, account: &Account) -> Result<(Place, Slot, Slot), ApiError> {
+    let here = app
+        .capacity
+        .admit(&LiveLag::of(&app.asr))
+        .inspect_err(|_| app.calls.live.refused(&account.org_id))?;
     let limits = &app.config.calls;
     let too_many = |what: &str, max: usize| ApiError::TooMany {
         code: "too_many_calls",
@@ -130,7 +138,7 @@ async fn admit(app: &App, account: &Account) -> Result<(Slot, Slot), ApiError> {
         .await
         .map_err(store)?
         .ok_or_else(|| too_many("this organisation", org_cap))?;
-    Ok((connector, org))
+    Ok((here, connector, org))
 }
 
 async fn authenticate(

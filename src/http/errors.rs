@@ -154,6 +154,10 @@ pub enum ApiError {
     /// This instance is draining before a restart: it takes no new calls or sessions.
     #[error("this instance is draining")]
     Draining,
+    /// This instance takes no new live call now: the calls it serves would miss their latency
+    /// budget.
+    #[error(transparent)]
+    AtCapacity(#[from] crate::capacity::Full),
 }
 
 impl warp::reject::Reject for ApiError {}
@@ -242,6 +246,7 @@ impl ApiError {
             ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
             ApiError::TooMany { code, .. } => (StatusCode::TOO_MANY_REQUESTS, code),
             ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
+            ApiError::AtCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "at_capacity"),
             ApiError::Detailed { error, .. } => error.status(),
             ApiError::Llm(e) => match e {
                 LlmError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "model_busy"),
@@ -270,7 +275,12 @@ impl ApiError {
             return (self.to_string(), None);
         }
         let id = request_id();
-        tracing::error!(request_id = %id, code, error = %self, "request failed");
+        if let ApiError::AtCapacity(full) = self {
+            // Load shedding, not a failure.
+            tracing::info!(request_id = %id, reason = full.reason(), error = %self, "live call refused at capacity");
+        } else {
+            tracing::error!(request_id = %id, code, error = %self, "request failed");
+        }
         (
             format!("{} (request id {id})", server_error_text(code)),
             Some(id),
@@ -286,6 +296,7 @@ impl ApiError {
                 Some(retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0))
             }
             ApiError::Llm(LlmError::OrgBusy { retry_after, .. }) => Some(retry_after.as_secs()),
+            ApiError::AtCapacity(full) => Some(full.retry_after_secs()),
             ApiError::Llm(LlmError::Busy) | ApiError::TooMany { .. } | ApiError::Draining => {
                 Some(1)
             }
@@ -315,6 +326,9 @@ fn server_error_text(code: &str) -> &'static str {
         "model_busy" => "the language model is busy; try again shortly",
         "draining" => {
             "this instance is restarting and takes no new calls or sessions; connect again"
+        }
+        "at_capacity" => {
+            "this instance takes no more live calls now; connect again later or to another instance"
         }
         "storage_unavailable" => "storage is unavailable; try again shortly",
         "upstream_error" => "the language model provider failed",

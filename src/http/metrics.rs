@@ -11,6 +11,7 @@ use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
 use crate::app::App;
+use crate::capacity::LiveLag;
 use crate::http::errors::json_error;
 use crate::peer::PeerAddr;
 
@@ -91,6 +92,38 @@ fn render(app: &App) -> String {
         "counter",
         "Live utterances the full live queue refused (each is held and offered again).",
         pool.live_rejected,
+    );
+    let lag = LiveLag::of(&app.asr);
+    metric(
+        "callstream_asr_live_queued_audio_ms",
+        "gauge",
+        "Milliseconds of live audio waiting for a speech worker.",
+        lag.queued.as_millis() as u64,
+    );
+    metric(
+        "callstream_asr_live_expected_wait_ms",
+        "gauge",
+        "How long a live utterance queued now is expected to wait for a speech worker (admission control reads it).",
+        lag.expected_wait().as_millis() as u64,
+    );
+    metric(
+        "callstream_calls_capacity",
+        "gauge",
+        "Live calls this instance takes at most (calls.max_calls_per_instance).",
+        app.capacity.ceiling() as u64,
+    );
+    let (ceiling, behind) = app.capacity.refused();
+    metric(
+        "callstream_calls_refused_at_ceiling_total",
+        "counter",
+        "New live calls refused because this instance had as many calls as it takes.",
+        ceiling,
+    );
+    metric(
+        "callstream_calls_refused_behind_total",
+        "counter",
+        "New live calls refused because live speech work was behind its latency budget.",
+        behind,
     );
     metric(
         "callstream_calls_active",

@@ -179,10 +179,11 @@ pub struct TranscribeForm {
 #[allow(dead_code)] // only its generated path item is used
 fn healthz() {}
 
-/// Readiness: a draining instance is alive but takes no new calls or sessions.
+/// Readiness: a draining instance is alive but takes no new calls or sessions; a full one
+/// takes no new live call now (admission control).
 #[utoipa::path(get, path = "/readyz", tag = "service", responses(
     (status = 200, description = "Ready", body = Status),
-    (status = 503, description = "Draining", body = Status)))]
+    (status = 503, description = "Full (`full`: a new live call would be refused) or draining (`draining`)", body = Status)))]
 #[allow(dead_code)]
 fn readyz() {}
 

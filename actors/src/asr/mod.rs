@@ -6,6 +6,7 @@
 pub mod file;
 pub mod guard;
 pub mod languages;
+pub mod load;
 pub mod pool;
 #[cfg(any(test, feature = "test-util"))]
 pub mod scripted;

@@ -10,6 +10,12 @@
 //!   the telephone set that gained 4-6% throughput (`callstream bench asr`); since every
 //!   utterance of a batch finishes when the whole batch does, live work is decoded one
 //!   utterance at a time to keep end-of-speech latency low.
+//! - A worker kept for live work: while live calls are in progress ([`AsrPool::live_call`]),
+//!   at most `workers - 1` workers decode file work at once, so a live utterance finds a free
+//!   worker instead of waiting behind a batch of file windows. The file still finishes, on the
+//!   other workers; with one worker nothing is kept (the file would never finish).
+//! - Load: how much live audio waits and how long live utterances recently waited for a worker
+//!   ([`LiveLoad`]), which admission control reads before it takes a new call.
 //! - Backpressure: live work is never waited on: [`AsrPool::submit_live`] fails at once with
 //!   [`AsrError::Unavailable`] when the live queue is full, and the caller decides (the call
 //!   pipeline counts and logs the dropped utterance). File work waits for room
@@ -18,10 +24,11 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Select, Sender, TryRecvError, TrySendError};
 
+use super::load::LiveLoad;
 use super::{AsrEngine, AsrError, Transcript};
 
 /// Pool settings.
@@ -66,6 +73,11 @@ pub struct Job {
 }
 
 impl Job {
+    /// Milliseconds of audio (16 kHz).
+    fn audio_ms(&self) -> u64 {
+        self.audio.len() as u64 / 16
+    }
+
     fn cancelled(&self) -> bool {
         self.cancel
             .as_ref()
@@ -79,6 +91,21 @@ impl std::fmt::Debug for Job {
             .field("samples", &self.audio.len())
             .field("language", &self.language)
             .finish()
+    }
+}
+
+/// A job in a queue, with when it was queued.
+struct Queued {
+    job: Job,
+    at: Instant,
+}
+
+impl Queued {
+    fn now(job: Job) -> Self {
+        Self {
+            job,
+            at: Instant::now(),
+        }
     }
 }
 
@@ -116,6 +143,59 @@ pub struct PoolStats {
     pub busy_ms: AtomicU64,
     /// Workers currently in an engine call.
     pub busy_workers: AtomicUsize,
+    /// The live queue's backlog and recent waits.
+    pub live_load: LiveLoad,
+    /// Live calls in progress (see [`AsrPool::live_call`]).
+    pub live_calls: AtomicUsize,
+    /// Workers decoding file work now.
+    file_busy: AtomicUsize,
+}
+
+/// A live call in progress, as the pool counts it; dropping it ends the count.
+#[derive(Debug)]
+pub struct LiveCallMark(Arc<PoolStats>);
+
+impl Drop for LiveCallMark {
+    fn drop(&mut self) {
+        self.0.live_calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How often a worker kept for live work looks again whether it may take file work (a call
+/// ended, or another worker's file batch finished).
+const KEPT_RECHECK: Duration = Duration::from_millis(50);
+
+/// Which workers may take file work now.
+#[derive(Debug, Clone, Copy)]
+struct FileRule {
+    /// Workers in the pool.
+    workers: usize,
+}
+
+impl FileRule {
+    /// How many workers may decode file work at once now.
+    fn limit(self, stats: &PoolStats) -> usize {
+        if self.workers > 1 && stats.live_calls.load(Ordering::Acquire) > 0 {
+            self.workers - 1
+        } else {
+            self.workers
+        }
+    }
+
+    /// Claims a place for file work, if the rule leaves one.
+    fn claim(self, stats: &PoolStats) -> bool {
+        let limit = self.limit(stats);
+        stats
+            .file_busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |busy| {
+                (busy < limit).then_some(busy + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(self, stats: &PoolStats) {
+        stats.file_busy.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A snapshot of the pool's state.
@@ -137,10 +217,10 @@ pub struct PoolSnapshot {
 
 /// The running pool. Dropping it lets the workers finish queued work and joins them.
 pub struct AsrPool {
-    live: Option<Sender<Job>>,
-    file: Option<Sender<Job>>,
-    live_rx: Receiver<Job>,
-    file_rx: Receiver<Job>,
+    live: Option<Sender<Queued>>,
+    file: Option<Sender<Queued>>,
+    live_rx: Receiver<Queued>,
+    file_rx: Receiver<Queued>,
     workers: Vec<JoinHandle<()>>,
     stats: Arc<PoolStats>,
 }
@@ -160,8 +240,8 @@ impl AsrPool {
     where
         F: Fn(usize) -> Result<Box<dyn AsrEngine>, AsrError> + Send + Sync + 'static,
     {
-        let (live_tx, live_rx) = bounded::<Job>(config.live_queue.max(1));
-        let (file_tx, file_rx) = bounded::<Job>(config.file_queue.max(1));
+        let (live_tx, live_rx) = bounded::<Queued>(config.live_queue.max(1));
+        let (file_tx, file_rx) = bounded::<Queued>(config.file_queue.max(1));
         let stats = Arc::new(PoolStats::default());
         let make_engine = Arc::new(make_engine);
         let (ready_tx, ready_rx) = bounded::<Result<(), AsrError>>(config.workers.max(1));
@@ -170,13 +250,16 @@ impl AsrPool {
             let (live_rx, file_rx, stats) = (live_rx.clone(), file_rx.clone(), stats.clone());
             let (make_engine, ready_tx) = (make_engine.clone(), ready_tx.clone());
             let max_batch = config.max_batch.max(1);
+            let rule = FileRule {
+                workers: config.workers.max(1),
+            };
             let handle = std::thread::Builder::new()
                 .name(format!("asr-{index}"))
                 .spawn(move || match make_engine(index) {
                     Ok(engine) => {
                         let _ = ready_tx.send(Ok(()));
                         drop(ready_tx);
-                        work(engine, &live_rx, &file_rx, max_batch, &stats);
+                        work(engine, &live_rx, &file_rx, max_batch, rule, &stats);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -208,25 +291,41 @@ impl AsrPool {
     /// once and hands the job back, so the caller decides whether to hold, retry or drop it.
     pub fn submit_live(&self, job: Job) -> Result<(), LiveRefused> {
         let sender = self.live.as_ref().expect("senders live until drop");
-        match sender.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(job)) => {
+        let load = &self.stats.live_load;
+        let audio_ms = job.audio_ms();
+        // Counted before it is sent, so a worker never takes what was not counted.
+        load.queued(audio_ms);
+        let refused = match sender.try_send(Queued::now(job)) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(queued)) => {
                 self.stats.live_rejected.fetch_add(1, Ordering::Relaxed);
-                Err(LiveRefused {
-                    job,
+                LiveRefused {
+                    job: queued.job,
                     stopped: false,
-                })
+                }
             }
-            Err(TrySendError::Disconnected(job)) => Err(LiveRefused { job, stopped: true }),
-        }
+            Err(TrySendError::Disconnected(queued)) => LiveRefused {
+                job: queued.job,
+                stopped: true,
+            },
+        };
+        load.unqueued(audio_ms);
+        Err(refused)
     }
 
     /// Queues file work, waiting while the file queue is full. Call it from a blocking context.
     pub fn submit_file(&self, job: Job) -> Result<(), AsrError> {
         let sender = self.file.as_ref().expect("senders live until drop");
         sender
-            .send(job)
+            .send(Queued::now(job))
             .map_err(|_| AsrError::Unavailable("pool stopped".into()))
+    }
+
+    /// Counts a live call in progress until the mark is dropped: while any is, one worker is
+    /// kept for live work.
+    pub fn live_call(&self) -> LiveCallMark {
+        self.stats.live_calls.fetch_add(1, Ordering::AcqRel);
+        LiveCallMark(self.stats.clone())
     }
 
     /// Worker threads.
@@ -262,50 +361,83 @@ impl Drop for AsrPool {
     }
 }
 
-/// Takes the next job: live first; when neither queue has one, waits on both. `None` once
-/// both queues are closed and empty.
-fn next_job(live: &Receiver<Job>, file: &Receiver<Job>) -> Option<(Job, bool)> {
+/// Takes the next job: live first, then file work when `rule` leaves this worker a place for
+/// it (claimed for it: the caller releases it after the decode); when there is neither, waits.
+/// `None` once both queues are closed and empty.
+fn next_job(
+    live: &Receiver<Queued>,
+    file: &Receiver<Queued>,
+    rule: FileRule,
+    stats: &PoolStats,
+) -> Option<(Queued, bool)> {
     loop {
         let from_live = live.try_recv();
         if let Ok(job) = from_live {
             return Some((job, true));
         }
-        let from_file = file.try_recv();
-        if let Ok(job) = from_file {
-            return Some((job, false));
-        }
-        if matches!(from_live, Err(TryRecvError::Disconnected))
-            && matches!(from_file, Err(TryRecvError::Disconnected))
-        {
-            return None;
+        let may_file = rule.claim(stats);
+        if may_file {
+            match file.try_recv() {
+                Ok(job) => return Some((job, false)),
+                Err(e) => {
+                    rule.release(stats);
+                    if matches!(from_live, Err(TryRecvError::Disconnected))
+                        && e == TryRecvError::Disconnected
+                    {
+                        return None;
+                    }
+                }
+            }
         }
         let mut select = Select::new();
         select.recv(live);
-        select.recv(file);
-        select.ready();
+        if may_file {
+            select.recv(file);
+            select.ready();
+        } else {
+            kept_for_live(live);
+        }
+    }
+}
+
+/// A worker kept for live work waits for it, and looks again soon whether it may take file
+/// work (a call ended, or another worker's file batch finished).
+fn kept_for_live(live: &Receiver<Queued>) {
+    let mut select = Select::new();
+    select.recv(live);
+    if select.ready_timeout(KEPT_RECHECK).is_ok() && live.is_empty() {
+        // Ready yet empty: closed (the pool is stopping), or another worker took the job.
+        // Either way, not a reason to spin.
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 fn work(
     mut engine: Box<dyn AsrEngine>,
-    live: &Receiver<Job>,
-    file: &Receiver<Job>,
+    live: &Receiver<Queued>,
+    file: &Receiver<Queued>,
     max_batch: usize,
+    rule: FileRule,
     stats: &PoolStats,
 ) {
     // A file job taken while filling a batch that it cannot join: it starts the next one.
-    let mut carried: Option<Job> = None;
+    let mut carried: Option<Queued> = None;
     loop {
         let (first, is_live) = match carried.take() {
-            // Live work still goes first.
+            // Live work still goes first, and the carried job needs a file place too.
             Some(job) => match live.try_recv() {
                 Ok(urgent) => {
                     carried = Some(job);
                     (urgent, true)
                 }
-                Err(_) => (job, false),
+                Err(_) if rule.claim(stats) => (job, false),
+                Err(_) => {
+                    carried = Some(job);
+                    kept_for_live(live);
+                    continue;
+                }
             },
-            None => match next_job(live, file) {
+            None => match next_job(live, file, rule, stats) {
                 Some(next) => next,
                 None => break,
             },
@@ -315,26 +447,35 @@ fn work(
         } else {
             (file, max_batch)
         };
+        if is_live {
+            let now = Instant::now();
+            let waited = now.saturating_duration_since(first.at);
+            stats.live_load.taken(first.job.audio_ms(), waited, now);
+        }
+        let first = first.job;
         // Only jobs of one language and one window share a decode, so a job is read the same
         // whatever it was queued with.
         let window = engine.window(first.audio.len());
         let mut batch = vec![first];
         while batch.len() < limit {
             match queue.try_recv() {
-                Ok(job)
-                    if job.language == batch[0].language
-                        && engine.window(job.audio.len()) == window =>
+                Ok(queued)
+                    if queued.job.language == batch[0].language
+                        && engine.window(queued.job.audio.len()) == window =>
                 {
-                    batch.push(job)
+                    batch.push(queued.job)
                 }
-                Ok(job) => {
-                    carried = Some(job);
+                Ok(queued) => {
+                    carried = Some(queued);
                     break;
                 }
                 Err(_) => break,
             }
         }
         run(&mut *engine, batch, stats);
+        if !is_live {
+            rule.release(stats);
+        }
     }
 }
 
@@ -350,7 +491,7 @@ fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
     let started = Instant::now();
     let audio: Vec<&[f32]> = jobs.iter().map(|j| j.audio.as_slice()).collect();
     let result = engine.transcribe(&audio, &language);
-    let audio_ms: u64 = jobs.iter().map(|j| j.audio.len() as u64 / 16).sum();
+    let audio_ms: u64 = jobs.iter().map(Job::audio_ms).sum();
     stats
         .busy_ms
         .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);

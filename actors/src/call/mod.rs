@@ -22,6 +22,7 @@
 
 pub mod deinterleaver;
 pub mod intent;
+pub mod message;
 pub mod outbound;
 pub mod ports;
 pub mod settings;

@@ -25,13 +25,14 @@ use tokio::time::Instant;
 
 use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
 use super::intent::{Intent, IntentArgs, IntentMsg, IntentOutcome};
+pub use super::message::CallMsg;
 use super::outbound::{CallEnd, Child, DisconnectReason, Outbound};
 use super::ports::{CallInfo, CallObserver, IntentClassifier};
 use super::settings::{CallSettings, Credit, LiveStats};
 use super::transcriber::{
     ChannelTranscript, Transcriber, TranscriberArgs, TranscriberEvent, TranscriberMsg,
 };
-use crate::asr::pool::AsrPool;
+use crate::asr::pool::{AsrPool, LiveCallMark};
 use crate::billing::{BillingMsg, SAMPLES_PER_MS};
 use crate::protocol::messages::Duration as Pt;
 use crate::protocol::messages::{
@@ -41,67 +42,6 @@ use crate::protocol::messages::{
 use crate::protocol::session::{OpenRequest, Session, State, Step};
 use crate::transcript::round3;
 use crate::usage::Account;
-
-/// Messages of the [`CallSupervisor`].
-#[derive(Debug)]
-pub enum CallMsg {
-    /// A text frame from the client.
-    Text(String, Credit),
-    /// A binary frame from the client.
-    Audio(Vec<u8>, Credit),
-    /// The socket closed or failed on the client's side.
-    SocketClosed,
-    /// The client sent a frame larger than the server takes; the socket is unusable.
-    FrameTooLarge,
-    /// What a transcriber reports.
-    Channel(TranscriberEvent),
-    /// The intent actor's result.
-    Intent(IntentOutcome),
-    /// The service ends the call for this reason (`disconnect`, then close).
-    Disconnect(DisconnectReason),
-    /// Time to see whether the client has gone silent.
-    IdleTick,
-    /// The client did not answer our `disconnect` in time.
-    GraceOver,
-    /// A connection probe was answered a while ago.
-    ProbeOver,
-    /// The billing actor's answer to a lease: milliseconds granted, or why none.
-    Leased(Result<u64, crate::usage::UsageError>),
-    /// Time to ask again for a lease that billing could not grant.
-    RetryLease,
-}
-
-impl From<TranscriberEvent> for CallMsg {
-    fn from(e: TranscriberEvent) -> Self {
-        CallMsg::Channel(e)
-    }
-}
-
-impl TryFrom<CallMsg> for TranscriberEvent {
-    type Error = CallMsg;
-    fn try_from(m: CallMsg) -> Result<Self, CallMsg> {
-        match m {
-            CallMsg::Channel(e) => Ok(e),
-            other => Err(other),
-        }
-    }
-}
-
-impl From<IntentOutcome> for CallMsg {
-    fn from(o: IntentOutcome) -> Self {
-        CallMsg::Intent(o)
-    }
-}
-
-impl TryFrom<CallMsg> for IntentOutcome {
-    type Error = CallMsg;
-    fn try_from(m: CallMsg) -> Result<Self, CallMsg> {
-        match m {
-            CallMsg::Intent(o) => Ok(o),
-            other => Err(other),
-        }
-    }
-}
 
 /// Arguments of a [`CallSupervisor`].
 pub struct CallArgs {
@@ -159,19 +99,27 @@ pub struct CallState {
     active: Option<ActiveCall>,
 }
 
-/// Counts the call in [`LiveStats::active_calls`] for as long as it lives, however it ends.
-struct ActiveCall(Arc<LiveStats>);
+/// Counts the call in [`LiveStats::active_calls`], and in the speech pool (which keeps a
+/// worker for live work while any call is in progress), for as long as it lives, however it
+/// ends.
+struct ActiveCall {
+    stats: Arc<LiveStats>,
+    _in_pool: LiveCallMark,
+}
 
 impl ActiveCall {
-    fn new(stats: Arc<LiveStats>) -> Self {
+    fn new(stats: Arc<LiveStats>, pool: &AsrPool) -> Self {
         stats.active_calls.fetch_add(1, Ordering::Relaxed);
-        Self(stats)
+        Self {
+            stats,
+            _in_pool: pool.live_call(),
+        }
     }
 }
 
 impl Drop for ActiveCall {
     fn drop(&mut self) {
-        self.0.active_calls.fetch_sub(1, Ordering::Relaxed);
+        self.stats.active_calls.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -329,7 +277,7 @@ impl CallState {
         self.deinterleaver = Some(d);
         self.spawn_intent(myself).await?;
         self.args.stats.calls.fetch_add(1, Ordering::Relaxed);
-        self.active = Some(ActiveCall::new(self.args.stats.clone()));
+        self.active = Some(ActiveCall::new(self.args.stats.clone(), &self.args.pool));
         tracing::info!(call = %self.args.call_id, session = ?self.session.id(),
             conversation = %request.params.conversation_id, format = %media.entry.format,
             channels = ?media.entry.channels, language = %self.language, "call opened");

@@ -103,7 +103,7 @@ pub(super) fn calls(
             config.asr.beam_size,
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
-        println!("calls  transcripts  p50 s  p95 s  max s  CPU cores  held  dropped");
+        println!("calls  refused  transcripts  p50 s  p95 s  max s  CPU cores  held  dropped");
         let mut best = None;
         for &n in levels {
             let (held0, dropped0) = (held(), dropped());
@@ -125,8 +125,17 @@ pub(super) fn calls(
                 }));
             }
             let mut latencies = Vec::new();
+            let mut refused = 0;
             for t in tasks {
-                let outcome = t.await??;
+                // A call the instance refused at its capacity (admission control) is counted,
+                // and the calls it took are measured.
+                let outcome = match t.await? {
+                    Err(callstream::callclient::CallError::Refused { status: 503, .. }) => {
+                        refused += 1;
+                        continue;
+                    }
+                    other => other?,
+                };
                 anyhow::ensure!(outcome.close.as_ref().is_some_and(|c| c.0 == 1000), "a call ended with {:?}", outcome.close);
                 for m in outcome.of_type("event") {
                     let data = &m.message["parameters"]["entities"][0]["data"];
@@ -143,7 +152,7 @@ pub(super) fn calls(
             let (p50, p95) = (percentile(&latencies, 0.5), percentile(&latencies, 0.95));
             let max = latencies.last().copied().unwrap_or(0.0);
             println!(
-                "{n:>5}  {:>11}  {p50:>5.2}  {p95:>5.2}  {max:>5.2}  {cores:>9.2}  {:>4}  {:>7}",
+                "{n:>5}  {refused:>7}  {:>11}  {p50:>5.2}  {p95:>5.2}  {max:>5.2}  {cores:>9.2}  {:>4}  {:>7}",
                 latencies.len(),
                 held() - held0,
                 dropped() - dropped0,

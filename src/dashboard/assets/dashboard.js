@@ -111,6 +111,13 @@ function liveCalls() {
     } else if (event.type === "ended") {
       calls.delete(event.call_id);
       render();
+    } else if (event.type === "refused") {
+      const refused = document.getElementById("refused");
+      if (!refused) return;
+      const count = Number(refused.dataset.count || "0") + 1;
+      refused.dataset.count = String(count);
+      refused.querySelector(".n").textContent = String(count);
+      refused.querySelector(".last").textContent = ", the last at " + event.at.slice(11, 19) + " UTC";
     }
   };
 }

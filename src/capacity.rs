@@ -1,0 +1,263 @@
+//! Admission control for live calls: this instance takes a new call only while the calls it
+//! already serves stay within their latency budget. Two measures decide:
+//! - a ceiling, `calls.max_calls_per_instance`: calls in progress here, whoever owns them;
+//! - how far behind the speech workers are on live work: the longest recent wait of a live
+//!   utterance for a worker, or the time the audio now waiting in the live queue will take to
+//!   decode (its length times the measured decode time per second of audio, shared by the
+//!   workers), whichever is longer, against `calls.admit_max_wait_ms`.
+//!
+//! A call over either is refused before the upgrade (`503` `at_capacity` with `Retry-After`),
+//! so the platform retries it, on this instance later or on another now; the calls in progress
+//! keep their workers. `/readyz` answers `503` `full` while a new call would be refused, so a
+//! load balancer can send calls elsewhere. Refusals are counted for `/metrics` and per
+//! organisation for the dashboard's live page.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use callstream_actors::asr::pool::AsrPool;
+
+/// How far behind live speech work is, as measured by the pool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LiveLag {
+    /// The longest recent wait of a live utterance for a worker (decaying over seconds).
+    pub recent_wait: Duration,
+    /// Live audio waiting for a worker.
+    pub queued: Duration,
+    /// Decode time per second of audio, measured so far (0 before any decode).
+    pub decode_per_audio: f64,
+    /// Speech workers sharing the queue.
+    pub workers: usize,
+}
+
+impl LiveLag {
+    /// The pool's measures now.
+    pub fn of(pool: &AsrPool) -> Self {
+        let stats = pool.stats();
+        let busy_ms = stats.busy_ms.load(Ordering::Relaxed);
+        let audio_ms = stats.audio_ms.load(Ordering::Relaxed);
+        Self {
+            recent_wait: stats.live_load.recent_wait(Instant::now()),
+            queued: Duration::from_millis(stats.live_load.queued_ms()),
+            decode_per_audio: if audio_ms == 0 {
+                0.0
+            } else {
+                busy_ms as f64 / audio_ms as f64
+            },
+            workers: pool.workers(),
+        }
+    }
+
+    /// How long a live utterance queued now is expected to wait: the longer of the recent
+    /// waits and the time the workers need for the audio ahead of it.
+    pub fn expected_wait(&self) -> Duration {
+        let drain = self
+            .queued
+            .mul_f64(self.decode_per_audio / self.workers.max(1) as f64);
+        self.recent_wait.max(drain)
+    }
+}
+
+/// Why a new call is refused.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum Full {
+    /// As many calls as this instance takes are in progress.
+    #[error("this instance is serving as many live calls as it takes ({ceiling})")]
+    Ceiling {
+        /// `calls.max_calls_per_instance`.
+        ceiling: usize,
+    },
+    /// Live speech work is behind its budget.
+    #[error("the live calls in progress are at their latency budget (live speech waits {} ms)", .waited.as_millis())]
+    Behind {
+        /// The expected wait of a live utterance.
+        waited: Duration,
+    },
+}
+
+impl Full {
+    /// Whole seconds a platform should wait before it tries this instance again.
+    pub fn retry_after_secs(&self) -> u64 {
+        match self {
+            // A place frees when any call ends; calls last minutes, so try again soon and
+            // elsewhere meanwhile.
+            Full::Ceiling { .. } => 5,
+            // The backlog drains at about the rate it is measured in.
+            Full::Behind { waited } => waited.as_secs().clamp(1, 30) + 1,
+        }
+    }
+
+    /// The reason, for metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Full::Ceiling { .. } => "ceiling",
+            Full::Behind { .. } => "behind",
+        }
+    }
+}
+
+/// The places of live calls on this instance.
+#[derive(Debug)]
+pub struct LiveCapacity {
+    ceiling: usize,
+    max_wait: Duration,
+    taken: Arc<AtomicUsize>,
+    refused_ceiling: AtomicU64,
+    refused_behind: AtomicU64,
+}
+
+/// A call's place; dropping it frees the place.
+#[derive(Debug)]
+pub struct Place(Arc<AtomicUsize>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl LiveCapacity {
+    /// At most `ceiling` calls at once, and none taken while live speech is expected to wait
+    /// more than `max_wait`.
+    pub fn new(ceiling: usize, max_wait: Duration) -> Self {
+        Self {
+            ceiling,
+            max_wait,
+            taken: Arc::new(AtomicUsize::new(0)),
+            refused_ceiling: AtomicU64::new(0),
+            refused_behind: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a new call would be taken now, under `lag`.
+    pub fn check(&self, lag: &LiveLag) -> Result<(), Full> {
+        if self.taken.load(Ordering::Acquire) >= self.ceiling {
+            return Err(Full::Ceiling {
+                ceiling: self.ceiling,
+            });
+        }
+        let waited = lag.expected_wait();
+        if waited > self.max_wait {
+            return Err(Full::Behind { waited });
+        }
+        Ok(())
+    }
+
+    /// Takes a place for a new call under `lag`, or says why not (and counts the refusal).
+    pub fn admit(&self, lag: &LiveLag) -> Result<Place, Full> {
+        let refused = |full: Full| {
+            match full {
+                Full::Ceiling { .. } => &self.refused_ceiling,
+                Full::Behind { .. } => &self.refused_behind,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+            full
+        };
+        self.check(lag).map_err(refused)?;
+        // The ceiling again, atomically: two upgrades at once cannot both take the last place.
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.ceiling).then_some(n + 1)
+            })
+            .map_err(|_| {
+                refused(Full::Ceiling {
+                    ceiling: self.ceiling,
+                })
+            })?;
+        Ok(Place(self.taken.clone()))
+    }
+
+    /// Places taken now.
+    pub fn taken(&self) -> usize {
+        self.taken.load(Ordering::Acquire)
+    }
+
+    /// `calls.max_calls_per_instance`.
+    pub fn ceiling(&self) -> usize {
+        self.ceiling
+    }
+
+    /// Calls refused so far, by reason: (ceiling, behind).
+    pub fn refused(&self) -> (u64, u64) {
+        (
+            self.refused_ceiling.load(Ordering::Relaxed),
+            self.refused_behind.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle() -> LiveLag {
+        LiveLag {
+            recent_wait: Duration::ZERO,
+            queued: Duration::ZERO,
+            decode_per_audio: 0.1,
+            workers: 2,
+        }
+    }
+
+    #[test]
+    fn the_ceiling_holds_and_a_place_is_freed_when_its_call_ends() {
+        let capacity = LiveCapacity::new(2, Duration::from_secs(1));
+        let a = capacity.admit(&idle()).unwrap();
+        let _b = capacity.admit(&idle()).unwrap();
+        assert_eq!(
+            capacity.admit(&idle()).unwrap_err(),
+            Full::Ceiling { ceiling: 2 }
+        );
+        assert!(capacity.check(&idle()).is_err());
+        drop(a);
+        assert_eq!(capacity.taken(), 1);
+        let _c = capacity.admit(&idle()).unwrap();
+        assert_eq!(capacity.refused(), (1, 0));
+    }
+
+    #[test]
+    fn calls_are_refused_while_live_speech_is_behind_its_budget() {
+        let capacity = LiveCapacity::new(100, Duration::from_millis(1500));
+        // A recent long wait.
+        let waited = LiveLag {
+            recent_wait: Duration::from_secs(3),
+            ..idle()
+        };
+        let full = capacity.admit(&waited).unwrap_err();
+        assert_eq!(
+            full,
+            Full::Behind {
+                waited: Duration::from_secs(3)
+            }
+        );
+        assert_eq!(full.retry_after_secs(), 4);
+        // A backlog that will take 2 s to decode: 40 s of audio at 0.1 s per second of audio
+        // on two workers.
+        let backlog = LiveLag {
+            queued: Duration::from_secs(40),
+            ..idle()
+        };
+        assert_eq!(backlog.expected_wait(), Duration::from_secs(2));
+        assert!(capacity.admit(&backlog).is_err());
+        // Within budget: taken, and nothing was held by the refusals.
+        let within = LiveLag {
+            queued: Duration::from_secs(20),
+            recent_wait: Duration::from_millis(900),
+            ..idle()
+        };
+        let _place = capacity.admit(&within).unwrap();
+        assert_eq!(capacity.taken(), 1);
+        assert_eq!(capacity.refused(), (0, 2));
+    }
+
+    #[test]
+    fn before_any_decode_a_backlog_is_not_taken_for_a_delay() {
+        let lag = LiveLag {
+            queued: Duration::from_secs(60),
+            decode_per_audio: 0.0,
+            ..idle()
+        };
+        assert_eq!(lag.expected_wait(), Duration::ZERO);
+    }
+}
