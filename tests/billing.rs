@@ -155,7 +155,12 @@ fn silent_wav(secs: u32) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_files_and_calls_never_pass_the_audio_quota() {
-    let env = Env::new(&[("CALLSTREAM_PLANS__FREE__AUDIO_MINUTES_PER_MONTH", "1")]);
+    // Six files at once: the plan's cap on files in progress is raised past them, so only the
+    // audio quota decides.
+    let env = Env::new(&[
+        ("CALLSTREAM_PLANS__FREE__AUDIO_MINUTES_PER_MONTH", "1"),
+        ("CALLSTREAM_PLANS__FREE__MAX_FILE_TRANSCRIPTIONS", "8"),
+    ]);
     let server = env.serve();
 
     // Six 20-second files at once against one minute: three fit, whatever the order.
