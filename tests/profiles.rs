@@ -296,8 +296,8 @@ async fn a_transcript_longer_than_the_window_is_analysed_without_its_middle(llm:
     }
 }
 
-/// A warm-up under way gives way to a request that arrives: it reads a few tokens a step beside
-/// it, so the request is answered while the warm-up is still far from its end.
+/// A warm-up under way gives way to a request that arrives: it reads nothing while the request
+/// is served, so the request is answered while the warm-up is still far from its end.
 async fn a_warm_up_yields_to_a_request(llm: &EmbeddedLlm) {
     let before = start_a_long_warm_up(llm, "Name three colours. ").await;
     say_yes(llm).await.unwrap();

@@ -372,7 +372,10 @@ fn pct(a: usize, b: usize) -> f64 {
 
 /// Has the model evaluate the prompt of `messages`, as it does for a warm-up, and answer
 /// nothing.
-async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Result<()> {
+pub(crate) async fn evaluate(
+    provider: &dyn Provider,
+    messages: Vec<Message>,
+) -> anyhow::Result<()> {
     let generation = Generation {
         messages,
         tools: Vec::new(),
@@ -390,8 +393,9 @@ async fn evaluate(provider: &dyn Provider, messages: Vec<Message>) -> anyhow::Re
     Ok(())
 }
 
-/// Evaluates each of the prompts the service readies at start ([`warm_ups`]), as requests.
-async fn ready(provider: &dyn Provider) -> anyhow::Result<()> {
+/// Evaluates each of the prompts the service readies at start ([`warm_ups`]), as requests, so
+/// that what a bench times is the service in its steady state, not its first minutes.
+pub(crate) async fn ready(provider: &dyn Provider) -> anyhow::Result<()> {
     for messages in warm_ups(Confidence::of(provider)) {
         evaluate(provider, messages).await?;
     }

@@ -45,6 +45,7 @@ pub(super) fn calls(
     target: f64,
     lockstep: bool,
     instances: usize,
+    with_file: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     use callstream::callclient::{load_audio, run_call, CallOptions};
     use std::sync::atomic::Ordering::Relaxed;
@@ -54,6 +55,14 @@ pub(super) fn calls(
     );
     let channels = load_audio(audio).map_err(anyhow::Error::msg)?;
     let audio_secs = channels[0].len() as f64 / 8000.0;
+    let file = with_file
+        .map(|path| -> anyhow::Result<_> {
+            let bytes =
+                std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let extension = path.extension().map(|e| e.to_string_lossy().to_lowercase());
+            Ok((path.display().to_string(), bytes, extension))
+        })
+        .transpose()?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let dir = tempfile_dir()?;
@@ -81,6 +90,7 @@ pub(super) fn calls(
         let callstream::admin::AdminResponse::ConnectorSecret { connector, client_secret, .. } = apps[0].admin.execute(callstream::admin::AdminRequest::ConnectorCreate { org: org.id, name: None }).await? else {
             anyhow::bail!("connector create answered something else")
         };
+        let file_engines = apps[0].files();
         let mut servers = Vec::new();
         for app in apps {
             servers.push(callstream::server::start(app, "127.0.0.1:0".parse()?).await?);
@@ -103,12 +113,33 @@ pub(super) fn calls(
             config.asr.beam_size,
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
-        println!("calls  refused  transcripts  p50 s  p95 s  max s  CPU cores  held  dropped");
+        if let Some((name, bytes, _)) = &file {
+            println!("beside every round: {name} ({} bytes) transcribed on the first instance, no analyses", bytes.len());
+        }
+        println!(
+            "calls  refused  transcripts  p50 s  p95 s  max s  CPU cores  held  dropped{}",
+            if file.is_some() { "  file s  file audio s" } else { "" }
+        );
         let mut best = None;
         for &n in levels {
             let (held0, dropped0) = (held(), dropped());
             let cpu0 = cpu_seconds();
             let started = Instant::now();
+            // The upload starts with the round, so the calls stream while it is transcribed.
+            let upload = file.as_ref().map(|(_, bytes, extension)| {
+                let engines = file_engines.clone();
+                let request = callstream::files::FileRequest {
+                    bytes: bytes.clone(),
+                    extension: extension.clone(),
+                    language: "en".into(),
+                    analyses: callstream::files::Analyses::default(),
+                };
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let transcript = callstream::files::transcribe(&engines, request, None, None).await;
+                    (started.elapsed().as_secs_f64(), transcript)
+                })
+            });
             let mut tasks = Vec::new();
             for i in 0..n {
                 let options = CallOptions::new(&urls[i % urls.len()], &connector.client_id, Some(&client_secret));
@@ -146,13 +177,21 @@ pub(super) fn calls(
                     }
                 }
             }
+            let file_cells = match upload {
+                None => String::new(),
+                Some(upload) => {
+                    let (secs, transcript) = upload.await?;
+                    let transcript = transcript.map_err(|e| anyhow::anyhow!("the file: {e}"))?;
+                    format!("  {secs:>6.1}  {:>12.1}", transcript.duration)
+                }
+            };
             let wall = started.elapsed().as_secs_f64();
             let cores = (cpu_seconds() - cpu0) / wall;
             latencies.sort_by(f64::total_cmp);
             let (p50, p95) = (percentile(&latencies, 0.5), percentile(&latencies, 0.95));
             let max = latencies.last().copied().unwrap_or(0.0);
             println!(
-                "{n:>5}  {refused:>7}  {:>11}  {p50:>5.2}  {p95:>5.2}  {max:>5.2}  {cores:>9.2}  {:>4}  {:>7}",
+                "{n:>5}  {refused:>7}  {:>11}  {p50:>5.2}  {p95:>5.2}  {max:>5.2}  {cores:>9.2}  {:>4}  {:>7}{file_cells}",
                 latencies.len(),
                 held() - held0,
                 dropped() - dropped0,

@@ -71,6 +71,7 @@ pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Res
         config.llm.queue_per_org
     );
     runtime.block_on(async {
+        super::llm::settle(provider.as_ref()).await?;
         // A long answer for A; B's one word after `delay_s`.
         let long = "Write a detailed, step by step guide for a new contact center agent on \
                     handling an angry customer whose order is late: at least ten steps, each \
@@ -117,20 +118,22 @@ pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Res
         )?;
         let batch = for_tenant(provider.clone(), "org_f", Class::Batch);
         let calls = for_tenant(provider.clone(), "org_l", Class::Live);
-        // The live call's lines so far were handed over as they came (as after its first
-        // analyze): all but its last few.
+        // The live call's lines so far were made ready as they came (the service hands each
+        // final line to the model after the call's first analyze): all but its last few are
+        // evaluated before the file's analyses start.
         let cut = live[..live.len() - 400]
             .rfind('\n')
             .map_or(live.len(), |i| i + 1);
-        calls.prefill(
+        crate::cli::bench_analysis::evaluate(
+            calls.as_ref(),
             messages(
                 ProfileKind::Intent,
                 LIVE_LAYOUT,
                 Confidence::of(calls.as_ref()),
                 &live[..cut],
             ),
-            None,
-        );
+        )
+        .await?;
         let analyses = {
             let batch = batch.clone();
             let file = file.clone();

@@ -93,6 +93,7 @@ pub(super) fn llm(
     // Enough places for the widest round, whatever the configuration says.
     config.llm.parallel = config.llm.parallel.max(most);
     let provider = callstream::llm::build_provider(&config)?;
+    runtime.block_on(settle(provider.as_ref()))?;
     if concurrency.is_empty() {
         let mut table = Table::new(
             format!(
@@ -186,4 +187,18 @@ pub(super) fn llm(
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(table)
+}
+
+/// Readies the prompts the embedded model warms at start before anything is timed, as the
+/// service has them a minute or two after it starts; says how long that took.
+pub(super) async fn settle(provider: &dyn callstream::llm::Provider) -> anyhow::Result<()> {
+    if provider.name().starts_with("embedded") {
+        let started = Instant::now();
+        crate::cli::bench_analysis::ready(provider).await?;
+        println!(
+            "(the model's start-up warm-ups readied first, in {:.1} s)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }

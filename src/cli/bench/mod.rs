@@ -112,6 +112,11 @@ pub enum BenchCommand {
         /// (`storage.backend = "postgres"`, a scratch database); calls go to them in turn.
         #[arg(long, default_value_t = 1)]
         instances: usize,
+        /// A recording (any format `POST /api/transcribe` takes) transcribed on the first
+        /// instance's speech workers at the start of each round, as an upload beside the calls
+        /// would be (no analyses): its wall time is reported, and the calls' latency beside it.
+        #[arg(long)]
+        with_file: Option<PathBuf>,
     },
     /// Time to first delta and tokens per second of the configured language model.
     Llm {
@@ -264,7 +269,16 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             target,
             lockstep,
             instances,
-        } => calls(config, &concurrency, &audio, target, lockstep, instances),
+            with_file,
+        } => calls(
+            config,
+            &concurrency,
+            &audio,
+            target,
+            lockstep,
+            instances,
+            with_file.as_deref(),
+        ),
     }
 }
 

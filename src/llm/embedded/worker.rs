@@ -148,6 +148,7 @@ pub(super) fn worker(
         batch: LlamaBatch::new(capacity, 1),
         capacity,
         shared_prefill: config.micro_batch.clamp(1, PROMPT_CHUNK as u32) as usize,
+        prompt_cost: PromptCost::new(),
         sequences,
         waiting: Vec::new(),
         running: Vec::new(),
@@ -193,9 +194,10 @@ pub(super) fn kv_cells(shape: &KvShape, budget: usize, one: usize, sequences: us
     cells.div_ceil(256) * 256
 }
 
-/// A sequence's class as a rank: live 0, interactive 1, batch 2, warm-ups 3.
+/// A sequence's class as a rank: live 0 (a live call's transcript kept ready too),
+/// interactive 1, batch 2, the service's own warm-ups 3.
 fn class_rank(s: &Sequence) -> u8 {
-    if s.warm() {
+    if s.warm() && s.class != crate::llm::fair::Class::Live {
         3
     } else {
         match s.class {
@@ -217,12 +219,52 @@ fn rank(s: &Sequence) -> (u8, Instant) {
 /// tokens at a time beside it (and still progresses).
 const YIELD_CHUNK: usize = 16;
 
+/// Longest a step that reads prompts should take, by what else it carries: a request that
+/// arrives meanwhile (a live call's `analyze`) waits for the step to end, and answers being
+/// written wait for it before their next token. Prompt chunks are sized by the measured cost of
+/// a prompt token: a 512-token chunk takes about 15 s on two AVX2 cores, about 4 s on two AMX ones.
+const STEP_ALONE: std::time::Duration = std::time::Duration::from_millis(1000);
+/// The same beside answers being written (at most `llm.micro_batch` tokens too).
+const STEP_BESIDE_ANSWERS: std::time::Duration = std::time::Duration::from_millis(500);
+/// The same for the service's own warm-ups (start-up prompts), which only save later work.
+const STEP_WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// What one prompt token costs to read, time-averaged over steps that read prompts only.
+#[derive(Debug, Clone, Copy)]
+struct PromptCost {
+    secs_per_token: f64,
+}
+
+impl PromptCost {
+    /// Until measured: 100 tokens a second.
+    fn new() -> Self {
+        Self {
+            secs_per_token: 0.01,
+        }
+    }
+
+    /// Learns from a step that read `tokens` prompt tokens (and nothing else) in `took`.
+    fn observe(&mut self, tokens: usize, took: std::time::Duration) {
+        if tokens >= 8 {
+            let sample = took.as_secs_f64() / tokens as f64;
+            self.secs_per_token = 0.7 * self.secs_per_token + 0.3 * sample;
+        }
+    }
+
+    /// The most prompt tokens one step should read to last about `budget`: at least 8, at
+    /// most `most`.
+    fn chunk(&self, budget: std::time::Duration, most: usize) -> usize {
+        let fit = budget.as_secs_f64() / self.secs_per_token.max(1e-6);
+        (fit as usize).clamp(8.min(most), most)
+    }
+}
+
 /// The loop that serves the model's sequences side by side: each step, one evaluation
 /// carries the next token of every sequence writing its answer and, in the room left, a
 /// chunk of the prompts being read (live first). A step takes as long as its largest part, so
 /// what is read beside answers is bounded: a prompt's chunk is smaller while answers are
 /// written ([`Batcher::shared_prefill`]), a prompt of lower class than an answer being written
-/// is read [`YIELD_CHUNK`] tokens a step (a warm-up too, beside any request), and while a live
+/// is read [`YIELD_CHUNK`] tokens a step (a warm-up not at all beside a request), and while a live
 /// analysis runs, nothing of a lower class is read at all (it waits a second or two).
 struct Batcher<'a, 'm, 'c> {
     decoder: &'a Decoder<'m>,
@@ -232,6 +274,8 @@ struct Batcher<'a, 'm, 'c> {
     capacity: usize,
     /// Prompt tokens read per step while answers are being written.
     shared_prefill: usize,
+    /// What a prompt token costs here, which sizes a warm-up's chunks.
+    prompt_cost: PromptCost,
     sequences: usize,
     /// Readied, waiting for a sequence (or for cells).
     waiting: Vec<Sequence>,
@@ -240,8 +284,10 @@ struct Batcher<'a, 'm, 'c> {
 
 impl Batcher<'_, '_, '_> {
     fn run(&mut self, jobs: &Receiver<Job>, warm: &Receiver<Generation>, quit: &AtomicBool) {
+        // Warm-ups not started yet, oldest first; at most WARM_QUEUE, the oldest dropped.
+        let mut pending: std::collections::VecDeque<Generation> = Default::default();
         loop {
-            if self.running.is_empty() && self.waiting.is_empty() {
+            if self.running.is_empty() && self.waiting.is_empty() && pending.is_empty() {
                 match next_job(jobs, warm, quit) {
                     Some(job) => self.accept(job),
                     None => break,
@@ -253,18 +299,18 @@ impl Batcher<'_, '_, '_> {
             while let Ok(job) = jobs.try_recv() {
                 self.accept(job);
             }
-            // A warm-up only takes an idle sequence while nothing else waits, one at a time.
-            if self.waiting.is_empty()
-                && self.running.len() < self.sequences
-                && !self.running.iter().any(Sequence::warm)
-            {
-                if let Ok(generation) = warm.try_recv() {
-                    self.accept(Job {
-                        generation,
-                        deltas: None,
-                        done: None,
-                    });
+            while let Ok(generation) = warm.try_recv() {
+                pending.push_back(generation);
+                if pending.len() > WARM_QUEUE {
+                    pending.pop_front();
                 }
+            }
+            if let Some(generation) = self.next_warm_up(&mut pending) {
+                self.accept(Job {
+                    generation,
+                    deltas: None,
+                    done: None,
+                });
             }
             self.place();
             self.tend();
@@ -296,6 +342,34 @@ impl Batcher<'_, '_, '_> {
                 &self.cache.counters,
             );
         }
+    }
+
+    /// The warm-up to start now, if any, one at a time of each kind: a live call's transcript
+    /// (live work) whenever a sequence is idle; the service's own only while nothing else
+    /// waits and no other warm-up runs.
+    fn next_warm_up(
+        &self,
+        pending: &mut std::collections::VecDeque<Generation>,
+    ) -> Option<Generation> {
+        if self.running.len() >= self.sequences {
+            return None;
+        }
+        let live = |g: &Generation| g.class == crate::llm::fair::Class::Live;
+        let live_running = self
+            .running
+            .iter()
+            .any(|s| s.warm() && s.class == crate::llm::fair::Class::Live);
+        if !live_running {
+            if let Some(i) = pending.iter().position(live) {
+                return pending.remove(i);
+            }
+        }
+        if self.waiting.is_empty() && !self.running.iter().any(Sequence::warm) {
+            if let Some(i) = pending.iter().position(|g| !live(g)) {
+                return pending.remove(i);
+            }
+        }
+        None
     }
 
     /// Readies a new job; one that cannot run is answered at once.
@@ -381,10 +455,12 @@ impl Batcher<'_, '_, '_> {
             }
             parts.push((i, at, tokens.to_vec()));
         }
+        let writers = parts.len();
         let mut room = if parts.is_empty() {
-            PROMPT_CHUNK
+            self.prompt_cost.chunk(STEP_ALONE, PROMPT_CHUNK)
         } else {
-            self.shared_prefill
+            self.prompt_cost
+                .chunk(STEP_BESIDE_ANSWERS, self.shared_prefill)
         }
         .min(self.capacity.saturating_sub(self.batch.n_tokens() as usize));
         let mut readers: Vec<usize> = (0..self.running.len())
@@ -396,16 +472,20 @@ impl Batcher<'_, '_, '_> {
             .iter()
             .map(|(i, _, _)| class_rank(&self.running[*i]))
             .min();
-        // A warm-up only saves later work: beside any request it reads a few tokens a step.
+        // A warm-up only saves later work, and every token read beside an answer delays that
+        // answer's next one (on CPUs without matrix units, about in proportion): it reads
+        // nothing while a request is served.
         let requests = self.running.iter().any(|s| !s.warm() && !s.over());
         for i in readers {
             if room == 0 {
                 break;
             }
             let class = class_rank(&self.running[i]);
-            let most = if live && class > 0 {
+            let most = if (live && class > 0) || (class == 3 && requests) {
                 0
-            } else if best_writer.is_some_and(|w| w < class) || (class == 3 && requests) {
+            } else if class == 3 {
+                self.prompt_cost.chunk(STEP_WARM_UP, WARM_CHUNK)
+            } else if best_writer.is_some_and(|w| w < class) {
                 YIELD_CHUNK
             } else {
                 room
@@ -432,7 +512,13 @@ impl Batcher<'_, '_, '_> {
         if parts.is_empty() {
             return false;
         }
-        match self.ctx.decode(&mut self.batch) {
+        let started = Instant::now();
+        let decoded = self.ctx.decode(&mut self.batch);
+        if writers == 0 {
+            self.prompt_cost
+                .observe(self.batch.n_tokens() as usize, started.elapsed());
+        }
+        match decoded {
             Ok(()) => {
                 for (i, at, tokens) in parts {
                     let s = &mut self.running[i];
@@ -516,6 +602,37 @@ impl Outbox {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_step_reads_as_many_prompt_tokens_as_fit_its_time_on_this_cpu() {
+        let ms = Duration::from_millis;
+        let mut cost = PromptCost::new();
+        // Until measured, 100 tokens a second.
+        assert_eq!(cost.chunk(STEP_WARM_UP, WARM_CHUNK), 30);
+        assert_eq!(cost.chunk(STEP_ALONE, PROMPT_CHUNK), 100);
+        // Two AVX2 cores: 48 tokens in 1.4 s.
+        for _ in 0..20 {
+            cost.observe(48, ms(1400));
+        }
+        assert_eq!(cost.chunk(STEP_WARM_UP, WARM_CHUNK), 10);
+        assert_eq!(cost.chunk(STEP_ALONE, PROMPT_CHUNK), 34);
+        assert_eq!(cost.chunk(STEP_BESIDE_ANSWERS, 128), 17);
+        // A step of a few tokens teaches nothing (an answer's step, not a prompt's cost).
+        cost.observe(2, Duration::from_secs(5));
+        assert_eq!(cost.chunk(STEP_ALONE, PROMPT_CHUNK), 34);
+        // A fast CPU: 512 tokens in 0.4 s; each kind capped at its own most.
+        for _ in 0..20 {
+            cost.observe(512, ms(400));
+        }
+        assert_eq!(cost.chunk(STEP_WARM_UP, WARM_CHUNK), WARM_CHUNK);
+        assert_eq!(cost.chunk(STEP_ALONE, PROMPT_CHUNK), PROMPT_CHUNK);
+        assert_eq!(cost.chunk(STEP_BESIDE_ANSWERS, 128), 128);
+        // Never below a few tokens, however slow.
+        for _ in 0..20 {
+            cost.observe(10, Duration::from_secs(60));
+        }
+        assert_eq!(cost.chunk(STEP_WARM_UP, WARM_CHUNK), 8);
+    }
 
     #[test]
     fn a_slow_reader_holds_its_text_in_order_and_a_stalled_or_gone_one_ends_it() {
