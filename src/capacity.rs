@@ -23,6 +23,10 @@ use callstream_actors::asr::pool::AsrPool;
 pub struct LiveLag {
     /// The longest recent wait of a live utterance for a worker (decaying over seconds).
     pub recent_wait: Duration,
+    /// Live calls in progress when that wait was seen.
+    pub recent_wait_calls: usize,
+    /// Live calls in progress now.
+    pub calls: usize,
     /// Live audio waiting for a worker.
     pub queued: Duration,
     /// Decode time per second of audio, measured so far (0 before any decode).
@@ -37,8 +41,11 @@ impl LiveLag {
         let stats = pool.stats();
         let busy_ms = stats.busy_ms.load(Ordering::Relaxed);
         let audio_ms = stats.audio_ms.load(Ordering::Relaxed);
+        let (recent_wait, recent_wait_calls) = stats.live_load.recent_wait_under(Instant::now());
         Self {
-            recent_wait: stats.live_load.recent_wait(Instant::now()),
+            recent_wait,
+            recent_wait_calls,
+            calls: stats.live_calls.load(Ordering::Acquire),
             queued: Duration::from_millis(stats.live_load.queued_ms()),
             decode_per_audio: if audio_ms == 0 {
                 0.0
@@ -50,12 +57,19 @@ impl LiveLag {
     }
 
     /// How long a live utterance queued now is expected to wait: the longer of the recent
-    /// waits and the time the workers need for the audio ahead of it.
+    /// waits and the time the workers need for the audio ahead of it. A recent wait counts
+    /// only while as many calls are in progress as when it was seen: after a burst of calls
+    /// has ended, the wait it caused says nothing of the fewer calls left.
     pub fn expected_wait(&self) -> Duration {
         let drain = self
             .queued
             .mul_f64(self.decode_per_audio / self.workers.max(1) as f64);
-        self.recent_wait.max(drain)
+        let recent = if self.calls >= self.recent_wait_calls {
+            self.recent_wait
+        } else {
+            Duration::ZERO
+        };
+        recent.max(drain)
     }
 }
 
@@ -194,10 +208,33 @@ mod tests {
     fn idle() -> LiveLag {
         LiveLag {
             recent_wait: Duration::ZERO,
+            recent_wait_calls: 0,
+            calls: 0,
             queued: Duration::ZERO,
             decode_per_audio: 0.1,
             workers: 2,
         }
+    }
+
+    #[test]
+    fn a_wait_seen_under_more_calls_than_now_in_progress_does_not_refuse() {
+        let capacity = LiveCapacity::new(100, Duration::from_millis(1500));
+        // A burst of 12 calls left a 2.4 s wait; 3 calls are in progress now.
+        let after_burst = LiveLag {
+            recent_wait: Duration::from_millis(2400),
+            recent_wait_calls: 12,
+            calls: 3,
+            ..idle()
+        };
+        assert_eq!(after_burst.expected_wait(), Duration::ZERO);
+        assert!(capacity.admit(&after_burst).is_ok());
+        // As many calls as then, or more: it counts.
+        let as_many = LiveLag {
+            calls: 12,
+            ..after_burst
+        };
+        assert_eq!(as_many.expected_wait(), Duration::from_millis(2400));
+        assert!(capacity.admit(&as_many).is_err());
     }
 
     #[test]

@@ -44,10 +44,11 @@ impl LiveLoad {
             });
     }
 
-    /// A worker took `audio_ms` of live audio that had waited `waited` in the queue.
-    pub(super) fn taken(&self, audio_ms: u64, waited: Duration, now: Instant) {
+    /// A worker took `audio_ms` of live audio that had waited `waited` in the queue, while
+    /// `calls` live calls were in progress.
+    pub(super) fn taken(&self, audio_ms: u64, waited: Duration, now: Instant, calls: usize) {
         self.unqueued(audio_ms);
-        self.wait.lock().raise(waited, now);
+        self.wait.lock().raise(waited, now, calls);
     }
 
     /// Milliseconds of live audio waiting for a worker now.
@@ -60,6 +61,13 @@ impl LiveLoad {
     pub fn recent_wait(&self, now: Instant) -> Duration {
         self.wait.lock().at(now)
     }
+
+    /// [`LiveLoad::recent_wait`], and how many live calls were in progress when it was seen:
+    /// a wait seen under more calls than are in progress now says little about now.
+    pub fn recent_wait_under(&self, now: Instant) -> (Duration, usize) {
+        let wait = self.wait.lock();
+        (wait.at(now), wait.calls)
+    }
 }
 
 /// A value that decays exponentially with time and is raised to any larger one seen.
@@ -67,6 +75,8 @@ impl LiveLoad {
 struct Decaying {
     value: Duration,
     at: Instant,
+    /// Live calls in progress when the value was last raised to a wait seen.
+    calls: usize,
 }
 
 impl Decaying {
@@ -74,6 +84,7 @@ impl Decaying {
         Self {
             value: Duration::ZERO,
             at: now,
+            calls: 0,
         }
     }
 
@@ -83,8 +94,11 @@ impl Decaying {
             .mul_f64((-elapsed / WAIT_MEMORY.as_secs_f64()).exp())
     }
 
-    fn raise(&mut self, seen: Duration, now: Instant) {
+    fn raise(&mut self, seen: Duration, now: Instant, calls: usize) {
         let current = self.at(now);
+        if seen >= current {
+            self.calls = calls;
+        }
         self.value = current.max(seen);
         self.at = now;
     }
@@ -100,7 +114,7 @@ mod tests {
         load.queued(3_000);
         load.queued(2_000);
         assert_eq!(load.queued_ms(), 5_000);
-        load.taken(3_000, Duration::ZERO, Instant::now());
+        load.taken(3_000, Duration::ZERO, Instant::now(), 1);
         assert_eq!(load.queued_ms(), 2_000);
         load.unqueued(2_000);
         // Never below zero, whatever the order of updates.
@@ -112,22 +126,30 @@ mod tests {
     fn a_long_wait_is_remembered_for_seconds_then_forgotten() {
         let load = LiveLoad::default();
         let t0 = Instant::now();
-        load.taken(1_000, Duration::from_millis(3_000), t0);
+        load.taken(1_000, Duration::from_millis(3_000), t0, 4);
         // A shorter wait after it does not hide it.
         load.taken(
             1_000,
             Duration::from_millis(100),
             t0 + Duration::from_millis(10),
+            2,
         );
+        // It was seen under 4 calls.
+        assert_eq!(load.recent_wait_under(t0 + Duration::from_millis(10)).1, 4);
         let soon = load.recent_wait(t0 + Duration::from_secs(1));
         assert!(soon > Duration::from_millis(2_400), "{soon:?}");
         let later = load.recent_wait(t0 + Duration::from_secs(20));
         assert!(later < Duration::from_millis(100), "{later:?}");
         // A longer one replaces it at once.
-        load.taken(1_000, Duration::from_secs(9), t0 + Duration::from_secs(20));
+        load.taken(
+            1_000,
+            Duration::from_secs(9),
+            t0 + Duration::from_secs(20),
+            6,
+        );
         assert_eq!(
-            load.recent_wait(t0 + Duration::from_secs(20)),
-            Duration::from_secs(9)
+            load.recent_wait_under(t0 + Duration::from_secs(20)),
+            (Duration::from_secs(9), 6)
         );
     }
 }

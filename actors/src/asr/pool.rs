@@ -450,7 +450,10 @@ fn work(
         if is_live {
             let now = Instant::now();
             let waited = now.saturating_duration_since(first.at);
-            stats.live_load.taken(first.job.audio_ms(), waited, now);
+            let calls = stats.live_calls.load(Ordering::Acquire);
+            stats
+                .live_load
+                .taken(first.job.audio_ms(), waited, now, calls);
         }
         let first = first.job;
         // Only jobs of one language and one window share a decode, so a job is read the same
