@@ -122,6 +122,7 @@ impl IntentClassifier for CallIntent {
                 &transcript,
             ),
             None,
+            crate::llm::fair::Class::Live,
         );
     }
 }

@@ -78,7 +78,7 @@ async fn analyses_on_the_embedded_model() {
     let warm_ups = callstream::llm::profiles::warm_ups(Confidence::of(llm.as_ref()));
     let count = warm_ups.len() as u64;
     for messages in warm_ups {
-        llm.warm(messages, None);
+        llm.warm(messages, None, callstream::llm::fair::Class::Batch);
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while llm.prompt_stats().warmed < count {
@@ -164,6 +164,7 @@ async fn start_a_long_warm_up(
             Message::new(Role::User, phrase.repeat(600)),
         ],
         None,
+        callstream::llm::fair::Class::Batch,
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while llm.prompt_stats().evaluated == before.evaluated {

@@ -167,8 +167,8 @@ impl Provider for FairProvider {
         self.inner.gives_odds()
     }
 
-    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>) {
-        self.inner.prefill(messages, tenant);
+    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>, class: Class) {
+        self.inner.prefill(messages, tenant, class);
     }
 
     fn stop(&self, within: Duration) -> bool {

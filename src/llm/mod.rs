@@ -333,7 +333,7 @@ pub fn build_provider(
             // Analyses start with the same instructions (one prompt for a live call's intent,
             // one for a file's analyses): evaluate them now.
             for messages in profiles::warm_ups(profiles::Confidence::of(&model)) {
-                model.warm(messages, None);
+                model.warm(messages, None, fair::Class::Batch);
             }
             std::sync::Arc::new(model)
         }
@@ -385,11 +385,11 @@ pub trait Provider: Send + Sync {
         false
     }
 
-    /// Evaluates the prompt of `messages` ahead of a request of `tenant` expected to start
-    /// the same way, when the model keeps evaluated prompts and has nothing else to do.
-    /// Nothing for models that do not (an upstream server).
-    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>) {
-        let _ = (messages, tenant);
+    /// Evaluates the prompt of `messages` ahead of a request of `tenant` and `class` expected
+    /// to start the same way (a live call's transcript so far: [`fair::Class::Live`]), when the
+    /// model keeps evaluated prompts. Nothing for models that do not (an upstream server).
+    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>, class: fair::Class) {
+        let _ = (messages, tenant, class);
     }
 
     /// Stops the model for good: work in progress is given up and the engine is freed, on
@@ -449,8 +449,9 @@ impl Provider for ForTenant {
         self.inner.gives_odds()
     }
 
-    fn prefill(&self, messages: Vec<Message>, _tenant: Option<String>) {
-        self.inner.prefill(messages, Some(self.tenant.clone()));
+    fn prefill(&self, messages: Vec<Message>, _tenant: Option<String>, _class: fair::Class) {
+        self.inner
+            .prefill(messages, Some(self.tenant.clone()), self.class);
     }
 
     fn stop(&self, within: std::time::Duration) -> bool {

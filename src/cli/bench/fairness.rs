@@ -71,7 +71,7 @@ pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Res
         config.llm.queue_per_org
     );
     runtime.block_on(async {
-        super::llm::settle(provider.as_ref()).await?;
+        super::llm::settle(config, provider.as_ref()).await?;
         // A long answer for A; B's one word after `delay_s`.
         let long = "Write a detailed, step by step guide for a new contact center agent on \
                     handling an angry customer whose order is late: at least ten steps, each \

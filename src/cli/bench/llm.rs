@@ -93,7 +93,7 @@ pub(super) fn llm(
     // Enough places for the widest round, whatever the configuration says.
     config.llm.parallel = config.llm.parallel.max(most);
     let provider = callstream::llm::build_provider(&config)?;
-    runtime.block_on(settle(provider.as_ref()))?;
+    runtime.block_on(settle(&config, provider.as_ref()))?;
     if concurrency.is_empty() {
         let mut table = Table::new(
             format!(
@@ -191,8 +191,11 @@ pub(super) fn llm(
 
 /// Readies the prompts the embedded model warms at start before anything is timed, as the
 /// service has them a minute or two after it starts; says how long that took.
-pub(super) async fn settle(provider: &dyn callstream::llm::Provider) -> anyhow::Result<()> {
-    if provider.name().starts_with("embedded") {
+pub(super) async fn settle(
+    config: &Config,
+    provider: &dyn callstream::llm::Provider,
+) -> anyhow::Result<()> {
+    if config.llm.provider == callstream::config::LlmProviderKind::Embedded {
         let started = Instant::now();
         crate::cli::bench_analysis::ready(provider).await?;
         println!(

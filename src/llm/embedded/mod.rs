@@ -222,15 +222,10 @@ impl EmbeddedLlm {
     /// Evaluates the prompt of `messages` in the background, so that a request starting the
     /// same way (an analysis profile's prompt, a live call's transcript so far) finds it
     /// evaluated. Warm-ups take the model only while no request waits, and are dropped when
-    /// [`WARM_QUEUE`] of them wait already. One with a tenant is a live call's transcript kept
-    /// ready for its next `analyze`, and is read as live work (before chats and files); the
-    /// service's own (no tenant) read only while no request is served.
-    pub fn warm(&self, messages: Vec<Message>, tenant: Option<String>) {
-        let class = if tenant.is_some() {
-            super::fair::Class::Live
-        } else {
-            super::fair::Class::Batch
-        };
+    /// [`WARM_QUEUE`] of them wait already. One of the live class is a live call's transcript
+    /// kept ready for its next `analyze`, and is read as live work (before chats and files);
+    /// the others (the service's own, at start) read only while no request is served.
+    pub fn warm(&self, messages: Vec<Message>, tenant: Option<String>, class: super::fair::Class) {
         let _ = self.warm.try_send(Generation {
             messages,
             tools: Vec::new(),
@@ -288,8 +283,8 @@ impl Provider for EmbeddedLlm {
         true
     }
 
-    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>) {
-        self.warm(messages, tenant);
+    fn prefill(&self, messages: Vec<Message>, tenant: Option<String>, class: super::fair::Class) {
+        self.warm(messages, tenant, class);
     }
 
     fn stop(&self, within: Duration) -> bool {

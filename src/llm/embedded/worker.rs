@@ -274,7 +274,7 @@ struct Batcher<'a, 'm, 'c> {
     capacity: usize,
     /// Prompt tokens read per step while answers are being written.
     shared_prefill: usize,
-    /// What a prompt token costs here, which sizes a warm-up's chunks.
+    /// What a prompt token costs here, which sizes every prompt chunk.
     prompt_cost: PromptCost,
     sequences: usize,
     /// Readied, waiting for a sequence (or for cells).

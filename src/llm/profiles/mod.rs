@@ -204,6 +204,7 @@ impl IntentClassifier for LlmIntent {
                 &transcript,
             ),
             None,
+            crate::llm::fair::Class::Live,
         );
     }
 }
