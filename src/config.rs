@@ -335,8 +335,10 @@ pub struct AsrConfig {
     pub beam_size: usize,
     /// Shortest encoder window, milliseconds (an utterance is padded to max(this, itself)).
     pub min_window_ms: u64,
-    /// Most utterances per engine call.
+    /// Most file utterances per engine call.
     pub max_batch: usize,
+    /// Most live utterances (of any calls) per engine call.
+    pub live_batch: usize,
     /// Capacity of the live queue.
     pub live_queue: usize,
     /// Capacity of the file queue.
@@ -349,6 +351,7 @@ impl AsrConfig {
         callstream_actors::asr::pool::PoolConfig {
             workers: self.workers,
             max_batch: self.max_batch,
+            live_batch: self.live_batch,
             live_queue: self.live_queue,
             file_queue: self.file_queue,
         }
@@ -577,9 +580,14 @@ impl Config {
                 "asr.min_window_ms must be between 1000 and 30000".into(),
             ));
         }
-        if self.asr.workers == 0 || self.asr.beam_size == 0 || self.asr.max_batch == 0 {
+        if self.asr.workers == 0
+            || self.asr.beam_size == 0
+            || self.asr.max_batch == 0
+            || self.asr.live_batch == 0
+        {
             return Err(invalid(
-                "asr.workers, asr.beam_size and asr.max_batch must be at least 1".into(),
+                "asr.workers, asr.beam_size, asr.max_batch and asr.live_batch must be at least 1"
+                    .into(),
             ));
         }
         if !(1_000..=30_000).contains(&self.vad.max_utterance_ms) {

@@ -28,6 +28,7 @@ fn one_worker(live_queue: usize) -> PoolConfig {
     PoolConfig {
         workers: 1,
         max_batch: 4,
+        live_batch: 1,
         live_queue,
         file_queue: 16,
     }
@@ -153,6 +154,54 @@ fn only_file_work_of_one_window_shares_a_decode() {
 }
 
 #[test]
+fn waiting_live_work_of_one_window_is_decoded_together_and_still_before_file_work() {
+    let gate = Gate::closed();
+    let engine = ScriptedEngine::default()
+        .with_gate(gate.clone())
+        .with_windows(32_000);
+    let pool = pool_of(
+        &engine,
+        PoolConfig {
+            live_batch: 2,
+            ..one_worker(8)
+        },
+    );
+    let (order, rx) = Order::new();
+    pool.submit_file(order.job("file-0", "en")).unwrap();
+    assert!(gate.wait_arrived(1, Duration::from_secs(60)));
+    pool.submit_file(order.job("file-1", "en")).unwrap();
+    for (name, secs) in [
+        ("live-0", 1.0),
+        ("live-1", 1.5),
+        ("live-long", 3.0),
+        ("live-2", 1.0),
+    ] {
+        pool.submit_live(order.job_of(name, "en", secs)).unwrap();
+    }
+    assert_eq!(pool.snapshot().live_queued, 4);
+    gate.open();
+    wait(&rx, 6);
+    // The live job that did not fit a batch is still live work: it goes next, before the
+    // file job, and the live jobs keep their order.
+    assert_eq!(
+        *order.done.lock(),
+        [
+            "file-0",
+            "live-0",
+            "live-1",
+            "live-long",
+            "live-2",
+            "file-1"
+        ]
+    );
+    // [file-0], [live-0, live-1], [live-long], [live-2], [file-1].
+    assert_eq!(pool.snapshot().batches, 5);
+    assert_eq!(engine.decoded(), 6);
+    // Every live job, batched or not, left the measured backlog.
+    assert_eq!(pool.stats().live_load.queued_ms(), 0);
+}
+
+#[test]
 fn a_full_live_queue_refuses_at_once_and_hands_the_job_back() {
     let gate = Gate::closed();
     let (pool, _) = pool(&gate, one_worker(2));
@@ -218,6 +267,7 @@ fn two_workers() -> PoolConfig {
     PoolConfig {
         workers: 2,
         max_batch: 1,
+        live_batch: 1,
         live_queue: 4,
         file_queue: 16,
     }

@@ -7,9 +7,10 @@
 //!   `max_batch`, and decodes it in one engine call; the first job that does not fit starts the
 //!   worker's next batch. Since batch mates never change a job's window, a file is transcribed
 //!   the same way however its utterances were queued. On
-//!   the telephone set that gained 4-6% throughput (`callstream bench asr`); since every
-//!   utterance of a batch finishes when the whole batch does, live work is decoded one
-//!   utterance at a time to keep end-of-speech latency low.
+//!   the telephone set that gained 4-6% throughput (`callstream bench asr`). Live work is
+//!   batched the same way up to `live_batch` (each call's utterance its own item); since every
+//!   utterance of a batch finishes when the whole batch does, the default is 1: one at a time,
+//!   which kept p95 end-of-speech latency lower at 12 and 16 calls (docs/benchmarks.md).
 //! - A worker kept for live work: while live calls are in progress ([`AsrPool::live_call`]),
 //!   at most `workers - 1` workers decode file work at once, so a live utterance finds a free
 //!   worker instead of waiting behind a batch of file windows. The file still finishes, on the
@@ -36,8 +37,10 @@ use super::{AsrEngine, AsrError, Transcript};
 pub struct PoolConfig {
     /// Worker threads, one engine each.
     pub workers: usize,
-    /// Most file utterances decoded in one engine call (live ones go singly).
+    /// Most file utterances decoded in one engine call.
     pub max_batch: usize,
+    /// Most live utterances (of any calls) decoded in one engine call; 1 decodes each alone.
+    pub live_batch: usize,
     /// Capacity of the live queue.
     pub live_queue: usize,
     /// Capacity of the file queue.
@@ -49,6 +52,7 @@ impl Default for PoolConfig {
         Self {
             workers: 2,
             max_batch: 4,
+            live_batch: 1,
             live_queue: 64,
             file_queue: 16,
         }
@@ -250,6 +254,7 @@ impl AsrPool {
             let (live_rx, file_rx, stats) = (live_rx.clone(), file_rx.clone(), stats.clone());
             let (make_engine, ready_tx) = (make_engine.clone(), ready_tx.clone());
             let max_batch = config.max_batch.max(1);
+            let live_batch = config.live_batch.max(1);
             let rule = FileRule {
                 workers: config.workers.max(1),
             };
@@ -259,7 +264,14 @@ impl AsrPool {
                     Ok(engine) => {
                         let _ = ready_tx.send(Ok(()));
                         drop(ready_tx);
-                        work(engine, &live_rx, &file_rx, max_batch, rule, &stats);
+                        work(
+                            engine,
+                            &live_rx,
+                            &file_rx,
+                            (max_batch, live_batch),
+                            rule,
+                            &stats,
+                        );
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -416,23 +428,26 @@ fn work(
     mut engine: Box<dyn AsrEngine>,
     live: &Receiver<Queued>,
     file: &Receiver<Queued>,
-    max_batch: usize,
+    (max_batch, live_batch): (usize, usize),
     rule: FileRule,
     stats: &PoolStats,
 ) {
-    // A file job taken while filling a batch that it cannot join: it starts the next one.
-    let mut carried: Option<Queued> = None;
+    // A job taken while filling a batch that it cannot join (and whether it is live): it
+    // starts the next one.
+    let mut carried: Option<(Queued, bool)> = None;
     loop {
         let (first, is_live) = match carried.take() {
-            // Live work still goes first, and the carried job needs a file place too.
-            Some(job) => match live.try_recv() {
+            // A live job taken from the live queue is that queue's next.
+            Some((job, true)) => (job, true),
+            // Live work still goes first, and the carried file job needs a file place too.
+            Some((job, false)) => match live.try_recv() {
                 Ok(urgent) => {
-                    carried = Some(job);
+                    carried = Some((job, false));
                     (urgent, true)
                 }
                 Err(_) if rule.claim(stats) => (job, false),
                 Err(_) => {
-                    carried = Some(job);
+                    carried = Some((job, false));
                     kept_for_live(live);
                     continue;
                 }
@@ -443,18 +458,21 @@ fn work(
             },
         };
         let (queue, limit) = if is_live {
-            (live, 1)
+            (live, live_batch)
         } else {
             (file, max_batch)
         };
-        if is_live {
-            let now = Instant::now();
-            let waited = now.saturating_duration_since(first.at);
-            let calls = stats.live_calls.load(Ordering::Acquire);
-            stats
-                .live_load
-                .taken(first.job.audio_ms(), waited, now, calls);
-        }
+        let taken = |queued: &Queued| {
+            if is_live {
+                let now = Instant::now();
+                let waited = now.saturating_duration_since(queued.at);
+                let calls = stats.live_calls.load(Ordering::Acquire);
+                stats
+                    .live_load
+                    .taken(queued.job.audio_ms(), waited, now, calls);
+            }
+        };
+        taken(&first);
         let first = first.job;
         // Only jobs of one language and one window share a decode, so a job is read the same
         // whatever it was queued with.
@@ -466,10 +484,11 @@ fn work(
                     if queued.job.language == batch[0].language
                         && engine.window(queued.job.audio.len()) == window =>
                 {
+                    taken(&queued);
                     batch.push(queued.job)
                 }
                 Ok(queued) => {
-                    carried = Some(queued);
+                    carried = Some((queued, is_live));
                     break;
                 }
                 Err(_) => break,

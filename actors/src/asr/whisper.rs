@@ -235,6 +235,7 @@ impl AsrEngine for WhisperEngine {
         let longest = utterances.iter().map(|u| u.len()).max().unwrap_or(0);
         let frames = self.settings.window_frames(longest);
         let per = N_MELS * frames;
+        let started = std::time::Instant::now();
         self.features.resize(per * utterances.len(), 0.0);
         for (audio, out) in utterances.iter().zip(self.features.chunks_exact_mut(per)) {
             self.mel.compute_into(audio, out);
@@ -242,9 +243,9 @@ impl AsrEngine for WhisperEngine {
         let batch = utterances.len();
         let features = StorageView::new(&[batch, N_MELS, frames], &mut self.features, Device::CPU)
             .map_err(engine_error)?;
-        let started = std::time::Instant::now();
+        let mel_ms = started.elapsed().as_millis();
         let encoded = self.model.encode(&features, false).map_err(engine_error)?;
-        let encode_ms = started.elapsed().as_millis();
+        let encode_ms = started.elapsed().as_millis() - mel_ms;
         let window_secs = (frames * HOP) as f64 / SAMPLE_RATE as f64;
         let options = WhisperOptions {
             beam_size: self.settings.beam_size.max(1),
@@ -258,6 +259,7 @@ impl AsrEngine for WhisperEngine {
             .model
             .generate(&encoded, &vec![prompt.clone(); batch], &options)
             .map_err(engine_error)?;
+        let generate_ms = started.elapsed().as_millis() - mel_ms - encode_ms;
         // A decode that fell into a loop ("Thank you. Thank you. ...") usually lost the words
         // after the loop's start: decode the whole batch again with repeats held back (no
         // 4-word phrase twice, repeated tokens penalised) and keep the new readings of the
@@ -308,6 +310,7 @@ impl AsrEngine for WhisperEngine {
             .map(|u| (u.len() / HOP).clamp(1, frames.min(N_FRAMES)))
             .collect();
         let start: Vec<usize> = prompt.iter().filter_map(|t| self.vocab.id(t)).collect();
+        let before_align = started.elapsed().as_millis();
         let alignments = if texts.iter().any(|t| !t.is_empty()) {
             self.model
                 .align(&encoded, &start, &texts, &num_frames, 7)
@@ -319,7 +322,12 @@ impl AsrEngine for WhisperEngine {
         tracing::debug!(
             batch,
             frames,
+            mel_ms,
             encode_ms,
+            generate_ms,
+            again = looped.len(),
+            align_ms = started.elapsed().as_millis() - before_align,
+            tokens = texts.iter().map(Vec::len).sum::<usize>(),
             total_ms = started.elapsed().as_millis(),
             "speech decoded"
         );

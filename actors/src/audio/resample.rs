@@ -232,21 +232,25 @@ impl StreamResampler {
     fn drain(&mut self, out: &mut [Vec<f32>], flush: bool) -> Result<(), ResampleError> {
         let want = self.want();
         let inner = self.inner.as_mut().expect("only called with a resampler");
+        // Chunks are read from `from` on and the pending input is shortened once at the end:
+        // shortening it chunk by chunk would move the rest of a long block every time.
+        let mut from = 0;
         loop {
             let need = inner.input_frames_next();
-            let have = self.pending[0].len();
-            if have < need && !flush {
-                return Ok(());
-            }
-            if flush && self.produced >= want {
+            let have = self.pending[0].len() - from;
+            if (have < need && !flush) || (flush && self.produced >= want) {
+                for p in &mut self.pending {
+                    p.drain(..from);
+                }
                 return Ok(());
             }
             let take = have.min(need);
-            for (buf, p) in self.input.iter_mut().zip(&mut self.pending) {
+            for (buf, p) in self.input.iter_mut().zip(&self.pending) {
                 buf.clear();
-                buf.extend(p.drain(..take));
+                buf.extend_from_slice(&p[from..from + take]);
                 buf.resize(need, 0.0);
             }
+            from += take;
             let (_, made) = inner
                 .process_into_buffer(&self.input, &mut self.output, None)
                 .map_err(|e| ResampleError(e.to_string()))?;
@@ -399,6 +403,12 @@ mod tests {
                 .fold(0.0f32, f32::max);
             assert!(err < 1e-3, "{from} -> {to}: {err}");
             assert!((streamed[0][1000] + streamed[1][1000]).abs() < 1e-6);
+            // The whole signal in one block (a recording already in memory) gives the same.
+            let mut whole = vec![Vec::new(); 2];
+            let mut r = StreamResampler::new(from, to, 2).unwrap();
+            r.push(&signal, &mut whole).unwrap();
+            r.finish(&mut whole).unwrap();
+            assert_eq!(whole, streamed, "{from} -> {to}");
         }
         assert!(StreamResampler::new(0, 16_000, 1).is_err());
     }
