@@ -34,6 +34,13 @@ fn one_worker(live_queue: usize) -> PoolConfig {
     }
 }
 
+/// An engine held by `gate` that reads utterances in 2 s windows, as Whisper pads them.
+fn two_second_windows(gate: &Gate) -> ScriptedEngine {
+    ScriptedEngine::default()
+        .with_gate(gate.clone())
+        .with_windows(32_000)
+}
+
 /// Records the order in which jobs finish.
 #[derive(Clone)]
 struct Order {
@@ -123,9 +130,7 @@ fn only_file_work_of_one_window_shares_a_decode() {
     // An engine that reads utterances in 2 s windows (as Whisper pads them): batched with a
     // longer one, an utterance would be read in the longer window, so it never is.
     let gate = Gate::closed();
-    let engine = ScriptedEngine::default()
-        .with_gate(gate.clone())
-        .with_windows(32_000);
+    let engine = two_second_windows(&gate);
     let pool = pool_of(&engine, one_worker(4));
     let (order, rx) = Order::new();
     pool.submit_file(order.job_of("short-0", "en", 1.0))
@@ -156,9 +161,7 @@ fn only_file_work_of_one_window_shares_a_decode() {
 #[test]
 fn waiting_live_work_of_one_window_is_decoded_together_and_still_before_file_work() {
     let gate = Gate::closed();
-    let engine = ScriptedEngine::default()
-        .with_gate(gate.clone())
-        .with_windows(32_000);
+    let engine = two_second_windows(&gate);
     let pool = pool_of(
         &engine,
         PoolConfig {

@@ -265,12 +265,7 @@ impl AsrPool {
                         let _ = ready_tx.send(Ok(()));
                         drop(ready_tx);
                         work(
-                            engine,
-                            &live_rx,
-                            &file_rx,
-                            (max_batch, live_batch),
-                            rule,
-                            &stats,
+                            engine, &live_rx, &file_rx, max_batch, live_batch, rule, &stats,
                         );
                     }
                     Err(e) => {
@@ -428,7 +423,8 @@ fn work(
     mut engine: Box<dyn AsrEngine>,
     live: &Receiver<Queued>,
     file: &Receiver<Queued>,
-    (max_batch, live_batch): (usize, usize),
+    max_batch: usize,
+    live_batch: usize,
     rule: FileRule,
     stats: &PoolStats,
 ) {
