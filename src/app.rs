@@ -46,6 +46,10 @@ pub struct App {
     pub peers: Arc<crate::peer::Peers>,
     /// Whether the process is stopping, and the work it waits for before it exits.
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
+    /// The queue to the call history's writer.
+    pub history: crate::recorder::Writer,
+    /// What a live call reports to: the call history, then the live page.
+    pub recorder: Arc<dyn callstream_actors::call::CallObserver>,
 }
 
 /// Why the service could not be put together.
@@ -157,7 +161,26 @@ impl AppBuilder {
         );
         let quotas =
             crate::usage::Quotas::new(config.clone(), store.clone(), opened.shared.clone());
+        let calls = Arc::new(crate::calls::Calls::new(
+            config.clone(),
+            store.clone(),
+            llm.clone(),
+            quotas.clone(),
+            opened.shared.clone(),
+        ));
+        let history = crate::recorder::Writer::spawn(store.clone());
+        let recorder = Arc::new(crate::recorder::Recorder::new(
+            history.clone(),
+            Some(calls.live.clone()),
+        ));
+        crate::recorder::spawn_purge(
+            store.clone(),
+            config.plans.clone(),
+            std::time::Duration::from_secs(config.storage.history_purge_every_s.max(1)),
+        );
         Ok(App {
+            history,
+            recorder,
             lifecycle: Arc::default(),
             capacity: Arc::new(crate::capacity::LiveCapacity::new(
                 config.calls.max_calls_per_instance,
@@ -175,13 +198,7 @@ impl AppBuilder {
                     .map_err(OpenError::Config)?,
                 config.server.max_connections_per_address,
             )),
-            calls: Arc::new(crate::calls::Calls::new(
-                config.clone(),
-                store.clone(),
-                llm.clone(),
-                quotas.clone(),
-                opened.shared.clone(),
-            )),
+            calls,
             asr,
             llm,
             chat,

@@ -309,6 +309,7 @@ pub async fn run_call(
         }],
         language: Some(options.language.clone()),
         supported_languages: None,
+        continued_sessions: Vec::new(),
     });
     let started = Instant::now();
     let mut outcome = CallOutcome::default();

@@ -137,6 +137,13 @@ pub struct StorageConfig {
     pub postgres_url: String,
     /// Connections each instance keeps to PostgreSQL at most.
     pub postgres_pool: usize,
+    /// Seconds between two passes of the call-history purge (records past their retention).
+    #[serde(default = "default_history_purge_every_s")]
+    pub history_purge_every_s: u64,
+}
+
+fn default_history_purge_every_s() -> u64 {
+    3600
 }
 
 impl StorageConfig {

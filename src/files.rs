@@ -45,6 +45,9 @@ pub struct FileRequest {
     pub language: String,
     /// Which analyses to run over the transcript.
     pub analyses: Analyses,
+    /// Replace card numbers, social security numbers, e-mail addresses and phone numbers in
+    /// the transcript with tags, before the analyses see it.
+    pub redact: bool,
 }
 
 /// Analyses of a transcript.
@@ -126,6 +129,10 @@ pub struct Segment {
 /// A transcribed file (the body of `POST /api/transcribe`).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct FileTranscript {
+    /// Where the call history keeps it (`GET /api/transcriptions/{id}`); absent when it was
+    /// not stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// The whole transcript, segment texts joined with spaces.
     pub text: String,
     /// Language code used.
@@ -282,6 +289,7 @@ pub async fn transcribe(
         extension,
         language,
         analyses,
+        redact,
     } = request;
     // A model code (`es`) or a BCP-47 tag (`es-MX`); the response shows it as sent.
     let Some(model_language) =
@@ -376,7 +384,7 @@ pub async fn transcribe(
             "speaker".to_owned()
         }
     };
-    let segments: Vec<Segment> = found
+    let mut segments: Vec<Segment> = found
         .into_iter()
         .enumerate()
         .map(|(id, s): (usize, FileSegment)| Segment {
@@ -390,6 +398,15 @@ pub async fn transcribe(
             text: s.text,
         })
         .collect();
+    if redact {
+        for s in &mut segments {
+            let (text, found) = callstream_actors::redact::redact_text(&s.text);
+            if !found.is_empty() {
+                s.text = text;
+                s.words = callstream_actors::redact::redact_words(&s.words);
+            }
+        }
+    }
 
     let started_analysis = Instant::now();
     let (mut intent, mut bant, mut neat_p) = (None, None, None);
@@ -451,6 +468,7 @@ pub async fn transcribe(
         .collect::<Vec<_>>()
         .join(" ");
     Ok(FileTranscript {
+        id: None,
         text,
         language,
         duration: duration_ms as f64 / 1000.0,

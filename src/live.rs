@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::store::SharedState;
 
-use callstream_actors::call::{CallInfo, CallObserver};
+use callstream_actors::call::{CallEnded, CallInfo, CallObserver, FinalLine};
 use callstream_actors::transcript::round3;
 use tokio::sync::broadcast;
 
@@ -33,6 +33,9 @@ pub struct LiveCall {
     pub channels: Vec<String>,
     /// Language tag.
     pub language: Option<String>,
+    /// Its record in the call history (`/dashboard/history/{id}`).
+    #[serde(default)]
+    pub record_id: String,
     /// RFC 3339.
     pub started_at: String,
     /// Final transcripts so far (the last 500).
@@ -196,6 +199,7 @@ impl CallObserver for LiveCalls {
             conversation_id: call.conversation_id.clone(),
             channels: call.channels.clone(),
             language: call.language.clone(),
+            record_id: crate::history::call_record_id(&call.org_id, &call.first_session),
             started_at: crate::clock::rfc3339(crate::clock::now_ms()),
             lines: Vec::new(),
         };
@@ -208,11 +212,11 @@ impl CallObserver for LiveCalls {
         self.publish(call.org_id.clone(), LiveEvent::Opened { call: live });
     }
 
-    fn transcript(&self, call_id: &str, channel: usize, offset_secs: f64, text: &str) {
+    fn transcript(&self, call_id: &str, line: &FinalLine) {
         let line = LiveLine {
-            channel,
-            offset: round3(offset_secs),
-            text: text.to_owned(),
+            channel: line.channel,
+            offset: round3(line.offset),
+            text: line.text.clone(),
         };
         let org = {
             let mut calls = self.calls.lock();
@@ -234,7 +238,7 @@ impl CallObserver for LiveCalls {
         );
     }
 
-    fn ended(&self, call_id: &str) {
+    fn ended(&self, call_id: &str, _end: &CallEnded) {
         let removed = self.calls.lock().remove(call_id);
         if let Some(call) = removed {
             self.shared.call_ended(call_id);

@@ -103,6 +103,22 @@ enum OrgCommand {
         #[arg(long)]
         clear: bool,
     },
+    /// Set the call-history settings, replacing the ones in force: how long records are kept
+    /// (within the plan's retention_days) and whether transcripts are redacted.
+    SetHistory {
+        /// Organisation id.
+        org: String,
+        /// Days records are kept; omitted: as long as the plan keeps them.
+        #[arg(long)]
+        retention_days: Option<u32>,
+        /// Replace card numbers, SSNs, e-mail addresses and phone numbers in transcripts.
+        #[arg(long)]
+        redact: bool,
+        /// A connector's client id (or an API key id) that redacts otherwise than the
+        /// organisation, ID=on or ID=off; repeat for more.
+        #[arg(long = "redact-connector", value_parser = parse_switch)]
+        redact_connectors: Vec<(String, bool)>,
+    },
     /// Set the non-public networks (CIDR, such as 10.1.2.0/24) and host names the
     /// organisation's MCP server may have. Each counts only within llm.mcp_allow, the bound
     /// for every organisation; none given: public addresses only.
@@ -112,6 +128,14 @@ enum OrgCommand {
         /// Networks and host names.
         allow: Vec<String>,
     },
+}
+
+fn parse_switch(s: &str) -> Result<(String, bool), String> {
+    match s.split_once('=') {
+        Some((id, "on")) if !id.trim().is_empty() => Ok((id.trim().to_owned(), true)),
+        Some((id, "off")) if !id.trim().is_empty() => Ok((id.trim().to_owned(), false)),
+        _ => Err(format!("{s:?} is not ID=on or ID=off")),
+    }
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -231,6 +255,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Org(OrgCommand::SetPrompt { org, prompt, clear }) => AdminRequest::OrgSetPrompt {
             org,
             system_prompt: if clear { None } else { prompt },
+        },
+        Command::Org(OrgCommand::SetHistory {
+            org,
+            retention_days,
+            redact,
+            redact_connectors,
+        }) => AdminRequest::OrgSetHistory {
+            org,
+            history: callstream::store::HistorySettings {
+                retention_days,
+                redact,
+                redact_connectors: redact_connectors.into_iter().collect(),
+            },
         },
         Command::Org(OrgCommand::SetMcpAllow { org, allow }) => {
             AdminRequest::OrgSetMcpAllow { org, allow }

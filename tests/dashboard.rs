@@ -2,8 +2,9 @@
 //! sign in, create and revoke an API key (its realtime session closes with 1011), create a
 //! connector and stream the Genesys call with its credentials through `callstream call`, watch
 //! the call's transcripts arrive on the live page, see usage move, set the system prompt and an
-//! MCP server and test it, and stay inside one's own organisation. A screenshot of each page is
-//! saved under `$CARGO_TARGET_TMPDIR/dashboard/`.
+//! MCP server and test it, follow the live call to its page in the call history, search,
+//! export and erase it, set retention and redaction, and stay inside one's own organisation.
+//! A screenshot of each page is saved under `$CARGO_TARGET_TMPDIR/dashboard/`.
 
 mod common;
 
@@ -25,7 +26,13 @@ const PASSWORD: &str = "correct horse battery staple";
 struct Driver(Child);
 
 impl Drop for Driver {
+    /// Ends chromedriver and the browser it started (its process group): a test that fails
+    /// before closing its session leaves no browser behind.
     fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group this test created.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -41,8 +48,10 @@ fn free_port() -> u16 {
 
 async fn browser() -> (Driver, Client) {
     let port = free_port();
+    use std::os::unix::process::CommandExt as _;
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -150,7 +159,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
         .as_str()
         .unwrap()
         .to_owned();
-    let (other_key, _) = env.key(&other);
+    let (other_key, other_secret) = env.key(&other);
     let (driver, c) = browser().await;
     let base = server.url("/dashboard");
 
@@ -274,6 +283,37 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     assert!(!first.text().await.unwrap().is_empty());
     tokio::time::sleep(Duration::from_secs(4)).await;
     shot(&c, "04-live-call").await;
+    // The live call links to its page in the call history, which fills in as it streams.
+    let link = c
+        .find(Locator::Css(".call a.record-link"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap()
+        .expect("the live call links to its record");
+    c.goto(&server.url(&link)).await.unwrap();
+    assert!(c.find(Locator::Css("#record[data-live='1']")).await.is_ok());
+    let lines_at_open = c
+        .find_all(Locator::Css(".conversation li"))
+        .await
+        .unwrap()
+        .len();
+    let mut grew = false;
+    for _ in 0..200 {
+        let now = c
+            .find_all(Locator::Css(".conversation li"))
+            .await
+            .unwrap()
+            .len();
+        if now > lines_at_open {
+            grew = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(grew, "the call page fills in while the call streams");
+    shot(&c, "05-call-page-live").await;
     let status = tokio::task::spawn_blocking(move || {
         let mut call = call;
         call.wait().unwrap()
@@ -281,7 +321,19 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     .await
     .unwrap();
     assert!(status.success());
-    // The call ended: it leaves the page.
+    // The call ended: the call page says so by itself, and the call leaves the live page.
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#record[data-live='0']"))
+        .await
+        .expect("the call page sees the call end");
+    assert!(text(&c, "#record-meta").await.contains("Ended"));
+    let said = text(&c, ".conversation li .text").await;
+    let customer_and_agent = source(&c).await;
+    assert!(customer_and_agent.contains("class=\"customer\""));
+    assert!(customer_and_agent.contains("class=\"agent\""));
+    shot(&c, "06-call-page").await;
+    c.goto(&format!("{base}/calls")).await.unwrap();
     text(&c, "#no-calls").await;
 
     // Usage moved: 70.8 s of audio is 1.18 audio-minutes.
@@ -291,7 +343,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     let audio = text(&c, "#quota-audio").await;
     assert!(audio.contains("1.18"), "{audio}");
     assert!(c.find(Locator::Css("#chart-audio svg rect")).await.is_ok());
-    shot(&c, "05-usage").await;
+    shot(&c, "07-usage").await;
 
     // Rotating the connector's secret shows a new one once; revoking ends the connector.
     c.goto(&format!("{base}/connectors")).await.unwrap();
@@ -335,7 +387,7 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
     .await;
     click(&c, "form[action='/dashboard/settings/mcp-test'] button").await;
     assert!(text(&c, "#mcp-result").await.contains("get_order_status"));
-    shot(&c, "06-settings").await;
+    shot(&c, "08-mcp-settings").await;
     let listed = env.cli_json(&["org", "list"]);
     let acme = listed["orgs"]
         .as_array()
@@ -346,6 +398,35 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
         .clone();
     assert_eq!(acme["has_system_prompt"], true);
     assert_eq!(acme["mcp_url"], mcp_url.as_str());
+    // Call history: keep records 7 days (within the plan's 30) and redact. Longer than the
+    // plan is refused (the form's field stops it in the browser; the server checks too).
+    let longer = env.cli(&["org", "set-history", &org, "--retention-days", "400"]);
+    assert!(!longer.status.success());
+    assert!(String::from_utf8_lossy(&longer.stderr).contains("longer than the plan"));
+    fill(&c, "#retention_days", "7").await;
+    c.find(Locator::Css("#redact"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    click(&c, "form[action='/dashboard/settings/history'] button").await;
+    assert!(text(&c, ".notice.ok").await.contains("saved"));
+    assert!(text(&c, "#retention-now").await.contains("7 days"));
+    assert!(c.find(Locator::Css("#redact:checked")).await.is_ok());
+    let listed = env.cli_json(&["org", "list"]);
+    let acme = listed["orgs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == org.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(acme["retention_days"], 7);
+    assert_eq!(acme["history"]["redact"], true);
+    c.goto(&format!("{base}/settings#history-h")).await.unwrap();
+    shot(&c, "08-history-settings").await;
+
     // A wrong header makes the test fail with the server's answer.
     fill(&c, "#mcp-headers", "Authorization: Bearer wrong").await;
     click(
@@ -396,6 +477,88 @@ async fn an_admin_manages_keys_connectors_and_settings_and_watches_a_call() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+
+    // The call history lists the call; search by a word said, or by one never said.
+    let record_id = link.rsplit('/').next().unwrap().to_owned();
+    c.goto(&format!("{base}/history")).await.unwrap();
+    assert!(source(&c).await.contains(&record_id));
+    let word = said
+        .split(|ch: char| !ch.is_alphanumeric())
+        .filter(|w| w.len() >= 3)
+        .max_by_key(|w| w.len())
+        .expect("the first line has a word")
+        .to_lowercase();
+    fill(&c, "#q", &word).await;
+    click(&c, "form.filters button").await;
+    assert!(source(&c).await.contains(&record_id), "search for {word:?}");
+    shot(&c, "09-history-search").await;
+    fill(&c, "#q", "xylophonequartz").await;
+    click(&c, "form.filters button").await;
+    text(&c, "#no-records").await;
+    // Exports carry the transcript, the session's organisation only.
+    let export = |id: String, format: &'static str| {
+        http.get(server.url(&format!(
+            "/dashboard/history/{id}/transcript?format={format}"
+        )))
+        .header("cookie", format!("cs_session={}", session.value()))
+        .send()
+    };
+    let vtt = export(record_id.clone(), "vtt").await.unwrap();
+    assert_eq!(vtt.status(), 200);
+    assert!(vtt.text().await.unwrap().starts_with("WEBVTT"));
+    let txt = export(record_id.clone(), "txt")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(txt.contains("Customer:") || txt.contains("Agent:"), "{txt}");
+    // Another organisation's transcription is not found here, page or export.
+    fake.set_default(Reply::Text(
+        vec![r#"{"intents": [{"intent": "other", "confidence": "low"}], "reasoning": "A test tone."}"#],
+        (40, 20),
+    ));
+    let (status, theirs) = common::upload(
+        server.url("/api/transcribe"),
+        &other_secret,
+        "short.wav",
+        std::fs::read(
+            callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/formats/pcm16-mono-16k.wav"),
+        )
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{theirs}");
+    let their_id = theirs["id"]
+        .as_str()
+        .expect("the file was archived")
+        .to_owned();
+    assert_eq!(export(their_id.clone(), "txt").await.unwrap().status(), 404);
+    let page = http
+        .get(server.url(&format!("/dashboard/history/{their_id}")))
+        .header("cookie", format!("cs_session={}", session.value()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 404);
+    // Erasure asks for confirmation, then the record is gone.
+    c.goto(&server.url(&link)).await.unwrap();
+    c.find(Locator::Css("input[name=confirm]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    click(&c, "form[action='/dashboard/history/delete'] button").await;
+    assert!(text(&c, ".notice.ok").await.contains("erased"));
+    assert!(!source(&c)
+        .await
+        .contains(&format!("/dashboard/history/{record_id}\"")));
+    assert_eq!(
+        export(record_id.clone(), "json").await.unwrap().status(),
+        404
+    );
 
     // Sign out: the session no longer opens pages.
     click(&c, "form[action='/dashboard/logout'] button").await;

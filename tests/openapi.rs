@@ -22,9 +22,13 @@ fn declared_routes() -> BTreeSet<(String, String)> {
         for (at, _) in text.match_indices("warp::path!(") {
             let rest = &text[at + "warp::path!(".len()..];
             let close = rest.find(')').unwrap();
+            // A typed segment (`String`) is a path parameter, `{id}` in the document.
             let path: String = rest[..close]
                 .split('/')
-                .map(|part| format!("/{}", part.trim().trim_matches('"')))
+                .map(|part| match part.trim() {
+                    "String" => "/{id}".to_owned(),
+                    part => format!("/{}", part.trim_matches('"')),
+                })
                 .collect();
             // The method filter that follows the path, before the next route.
             let after = &rest[close..];
@@ -85,14 +89,17 @@ async fn the_openapi_document_is_valid_and_matches_the_routes() {
     let declared = declared_routes();
     let documented = documented_routes(&doc);
     assert!(declared.contains(&("POST".into(), "/api/transcribe".into())));
+    assert!(declared.contains(&("DELETE".into(), "/api/calls/{id}".into())));
     assert_eq!(documented, declared);
 
     // And the server answers each of them: a route it lacked would be 404 (or 405 for another
     // method), whatever the key.
     for (method, path) in &documented {
+        let path = path.replace("{id}", "call_000000000000000000000000");
         let request = match method.as_str() {
-            "GET" => http.get(server.url(path)),
-            "POST" => http.post(server.url(path)),
+            "GET" => http.get(server.url(&path)),
+            "POST" => http.post(server.url(&path)),
+            "DELETE" => http.delete(server.url(&path)),
             other => panic!("no request for {other}"),
         };
         let status = request.send().await.unwrap().status().as_u16();

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use callstream::history::{IntentEntry, Line, Page, Query, Record, RecordHead, RecordKind};
+use callstream::store::archive::Archive;
 use callstream::store::{
     ApiKey, Connector, DashboardUser, DayUsage, Org, SecretBox, SharedState, SledStore, Store,
     StoreError,
@@ -128,6 +130,70 @@ impl Store for Slow {
     ) -> Result<Vec<UsageEvent>, StoreError> {
         self.wait().await;
         self.inner.usage_events(org_id, from_ms, to_ms).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Archive for Slow {
+    async fn begin_record(&self, head: &RecordHead) -> Result<(), StoreError> {
+        self.wait().await;
+        self.inner.begin_record(head).await
+    }
+    async fn add_lines(&self, org_id: &str, id: &str, lines: &[Line]) -> Result<(), StoreError> {
+        self.wait().await;
+        self.inner.add_lines(org_id, id, lines).await
+    }
+    async fn add_intent(
+        &self,
+        org_id: &str,
+        id: &str,
+        entry: &IntentEntry,
+    ) -> Result<(), StoreError> {
+        self.wait().await;
+        self.inner.add_intent(org_id, id, entry).await
+    }
+    async fn end_record(
+        &self,
+        org_id: &str,
+        id: &str,
+        ended_ms: i64,
+        close_reason: &str,
+        billed_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.wait().await;
+        self.inner
+            .end_record(org_id, id, ended_ms, close_reason, billed_ms)
+            .await
+    }
+    async fn put_record(&self, record: &Record) -> Result<(), StoreError> {
+        self.wait().await;
+        self.inner.put_record(record).await
+    }
+    async fn load_record(&self, org_id: &str, id: &str) -> Result<Option<Record>, StoreError> {
+        self.wait().await;
+        self.inner.load_record(org_id, id).await
+    }
+    async fn records(
+        &self,
+        org_id: &str,
+        kind: RecordKind,
+        query: &Query,
+    ) -> Result<Page, StoreError> {
+        self.wait().await;
+        self.inner.records(org_id, kind, query).await
+    }
+    async fn delete_record(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
+        self.wait().await;
+        self.inner.delete_record(org_id, id).await
+    }
+    async fn purge_records(
+        &self,
+        org_id: &str,
+        before_ms: i64,
+        most: usize,
+    ) -> Result<usize, StoreError> {
+        self.wait().await;
+        self.inner.purge_records(org_id, before_ms, most).await
     }
 }
 

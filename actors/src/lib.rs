@@ -10,6 +10,7 @@ pub mod audio;
 pub mod billing;
 pub mod call;
 pub mod protocol;
+pub mod redact;
 pub mod transcript;
 pub mod usage;
 

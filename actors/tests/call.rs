@@ -254,6 +254,7 @@ impl Call {
             settings,
             stats: stats.clone(),
             observer: None,
+            redact: false,
         };
         let (supervisor, _) = Actor::spawn(None, CallSupervisor, args).await.unwrap();
         Self {

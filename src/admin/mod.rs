@@ -56,6 +56,14 @@ pub enum AdminRequest {
         /// CIDR networks, addresses or host names; empty: public addresses only.
         allow: Vec<String>,
     },
+    /// Set an organisation's call-history settings: retention (within its plan's) and
+    /// redaction, with overrides per connector or API key.
+    OrgSetHistory {
+        /// Organisation id.
+        org: String,
+        /// The settings, replaced whole.
+        history: crate::store::HistorySettings,
+    },
     /// Create an API key; the response holds its secret, once.
     KeyCreate {
         /// Organisation id.
@@ -142,6 +150,11 @@ impl std::fmt::Debug for AdminRequest {
                 .field("org", org)
                 .field("allow", allow)
                 .finish(),
+            R::OrgSetHistory { org, history } => f
+                .debug_struct("OrgSetHistory")
+                .field("org", org)
+                .field("history", history)
+                .finish(),
             R::KeyCreate { org, name } => f
                 .debug_struct("KeyCreate")
                 .field("org", org)
@@ -194,6 +207,12 @@ pub struct OrgView {
     /// Non-public networks and host names its MCP server may have (within `llm.mcp_allow`).
     #[serde(default)]
     pub mcp_allow: Vec<String>,
+    /// Call-history settings.
+    #[serde(default)]
+    pub history: crate::store::HistorySettings,
+    /// Days records are kept (the organisation's own within its plan's); `None`: for ever.
+    #[serde(default)]
+    pub retention_days: Option<u32>,
 }
 
 /// An API key as shown to administrators: never the secret.
@@ -341,6 +360,8 @@ fn org_view(o: &Org) -> OrgView {
         has_system_prompt: o.system_prompt.as_deref().is_some_and(|p| !p.is_empty()),
         mcp_url: o.mcp.as_ref().map(|m| m.url.clone()),
         mcp_allow: o.mcp_allow.clone(),
+        history: o.history.clone(),
+        retention_days: None,
     }
 }
 
@@ -398,6 +419,13 @@ impl Admin {
 
     /// The plan of `org`; one the configuration no longer names caps nothing (its requests
     /// are refused where the plan is needed, as `plan_not_configured`).
+    fn view_of(&self, org: &Org) -> OrgView {
+        OrgView {
+            retention_days: org.history.retention(self.plan_of(org).retention_days),
+            ..org_view(org)
+        }
+    }
+
     fn plan_of(&self, org: &Org) -> crate::config::Plan {
         self.config
             .plans
@@ -429,15 +457,22 @@ impl Admin {
                     system_prompt: None,
                     mcp: None,
                     mcp_allow: Vec::new(),
+                    history: Default::default(),
                     plan,
                     deleted: false,
                     created_at_ms: now,
                 };
                 self.store.insert_org(&org).await?;
-                Ok(AdminResponse::Org(org_view(&org)))
+                Ok(AdminResponse::Org(self.view_of(&org)))
             }
             AdminRequest::OrgList => Ok(AdminResponse::Orgs {
-                orgs: self.store.orgs().await?.iter().map(org_view).collect(),
+                orgs: self
+                    .store
+                    .orgs()
+                    .await?
+                    .iter()
+                    .map(|o| self.view_of(o))
+                    .collect(),
             }),
             AdminRequest::OrgDelete { org } => {
                 let mut org = self.org(&org, false).await?;
@@ -446,14 +481,14 @@ impl Admin {
                     self.store.update_org(&org).await?;
                     self.shared.announce_change().await;
                 }
-                Ok(AdminResponse::Org(org_view(&org)))
+                Ok(AdminResponse::Org(self.view_of(&org)))
             }
             AdminRequest::OrgSetPrompt { org, system_prompt } => {
                 let mut org = self.org(&org, true).await?;
                 org.system_prompt = system_prompt.filter(|p| !p.trim().is_empty());
                 self.store.update_org(&org).await?;
                 self.shared.announce_change().await;
-                Ok(AdminResponse::Org(org_view(&org)))
+                Ok(AdminResponse::Org(self.view_of(&org)))
             }
             AdminRequest::OrgSetMcp { org, mcp } => {
                 let mut org = self.org(&org, true).await?;
@@ -468,7 +503,7 @@ impl Admin {
                 org.mcp = mcp;
                 self.store.update_org(&org).await?;
                 self.shared.announce_change().await;
-                Ok(AdminResponse::Org(org_view(&org)))
+                Ok(AdminResponse::Org(self.view_of(&org)))
             }
             AdminRequest::OrgSetMcpAllow { org, allow } => {
                 let mut org = self.org(&org, true).await?;
@@ -479,7 +514,42 @@ impl Admin {
                 org.mcp_allow = allow.iter().map(|a| a.trim().to_owned()).collect();
                 self.store.update_org(&org).await?;
                 self.shared.announce_change().await;
-                Ok(AdminResponse::Org(org_view(&org)))
+                Ok(AdminResponse::Org(self.view_of(&org)))
+            }
+            AdminRequest::OrgSetHistory { org, history } => {
+                let mut org = self.org(&org, true).await?;
+                let plan_days = self.plan_of(&org).retention_days;
+                match (history.retention_days, plan_days) {
+                    (Some(0), _) => {
+                        return Err(AdminError::Invalid(
+                            "retention_days must be at least 1".into(),
+                        ))
+                    }
+                    (Some(own), Some(plan)) if own > plan => {
+                        return Err(AdminError::Invalid(format!(
+                            "retention_days {own} is longer than the plan's {plan}"
+                        )))
+                    }
+                    _ => {}
+                }
+                if !history.redact_connectors.is_empty() {
+                    let keys = self.store.api_keys(&org.id).await?;
+                    let connectors = self.store.connectors(&org.id).await?;
+                    for id in history.redact_connectors.keys() {
+                        let known = keys.iter().any(|k| &k.id == id)
+                            || connectors.iter().any(|c| &c.client_id == id);
+                        if !known {
+                            return Err(AdminError::Invalid(format!(
+                                "{id:?} is neither a connector nor an API key of {}",
+                                org.id
+                            )));
+                        }
+                    }
+                }
+                org.history = history;
+                self.store.update_org(&org).await?;
+                self.shared.announce_change().await;
+                Ok(AdminResponse::Org(self.view_of(&org)))
             }
             AdminRequest::KeyCreate { org, name } => {
                 let org = self.org(&org, true).await?;

@@ -84,8 +84,18 @@ fn opt(v: Option<u64>) -> String {
 
 fn print_org(o: &OrgView) {
     let state = if o.deleted { "  (deleted)" } else { "" };
+    let retention = o
+        .retention_days
+        .map_or_else(|| "forever".to_owned(), |d| format!("{d}d"));
+    let redact = if o.history.redact { "on" } else { "off" };
+    let overrides: String = o
+        .history
+        .redact_connectors
+        .iter()
+        .map(|(id, on)| format!(" {id}={}", if *on { "on" } else { "off" }))
+        .collect();
     println!(
-        "{}  {}  plan={}  created={}{state}",
+        "{}  {}  plan={}  created={}  retention={retention}  redact={redact}{overrides}{state}",
         o.id, o.name, o.plan, o.created_at
     );
 }

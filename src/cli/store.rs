@@ -133,12 +133,13 @@ async fn run_on(config: &Config, command: StoreCommand, json: bool) -> anyhow::R
             } else {
                 println!(
                     "copied {} organisations, {} API keys, {} connectors, {} dashboard users, \
-                     {} ledger rows",
+                     {} ledger rows, {} call-history records",
                     report.orgs,
                     report.api_keys,
                     report.connectors,
                     report.users,
-                    report.usage_events
+                    report.usage_events,
+                    report.history_records
                 );
             }
         }

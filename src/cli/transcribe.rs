@@ -94,6 +94,7 @@ pub fn run(config: &Config, args: TranscribeArgs, json: bool) -> anyhow::Result<
         extension,
         language: args.language.clone(),
         analyses,
+        redact: false,
     };
     let started = Instant::now();
     let runtime = tokio::runtime::Runtime::new()?;

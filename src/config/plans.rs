@@ -38,6 +38,10 @@ pub struct Plan {
     /// AudioHook connectors not revoked.
     #[serde(default = "default_plan_connectors")]
     pub max_connectors: usize,
+    /// Days the call history keeps a call or file transcription; `None` keeps them until they
+    /// are deleted. An organisation may keep them for less.
+    #[serde(default)]
+    pub retention_days: Option<u32>,
 }
 
 impl Plan {
@@ -52,6 +56,7 @@ impl Plan {
             max_file_transcriptions: usize::MAX,
             max_api_keys: usize::MAX,
             max_connectors: usize::MAX,
+            retention_days: None,
         }
     }
 }

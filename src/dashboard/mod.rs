@@ -17,6 +17,7 @@
 //!   organisation's key or connector is "not found".
 //! - Responses carry a strict Content-Security-Policy (no inline script, same-origin only).
 
+pub mod history;
 pub mod pages;
 
 use std::collections::HashMap;
@@ -32,7 +33,7 @@ use crate::admin::{AdminError, AdminRequest, AdminResponse};
 use crate::app::App;
 use crate::auth::sessions::{Session, SignInRefused, SESSION_MS};
 use crate::clock;
-use crate::store::McpIntegration;
+use crate::store::{McpIntegration, Org};
 
 /// Name of the session cookie.
 const SESSION_COOKIE: &str = "cs_session";
@@ -75,7 +76,7 @@ fn cookie(name: &str, value: &str, max_age_s: i64, secure: bool) -> String {
     )
 }
 
-fn html(status: StatusCode, body: String) -> Response<Body> {
+pub(crate) fn html(status: StatusCode, body: String) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "text/html; charset=utf-8")
@@ -137,10 +138,15 @@ async fn admin(app: &App, request: AdminRequest) -> Result<AdminResponse, AdminE
     app.admin.execute(request).await
 }
 
-fn failure(e: impl std::fmt::Display) -> Response<Body> {
+/// A 500 page: the cause is logged, never shown.
+pub(crate) fn failure(e: impl std::fmt::Display) -> Response<Body> {
+    tracing::error!(error = %e, "dashboard request failed");
     html(
         StatusCode::INTERNAL_SERVER_ERROR,
-        pages::message("Something went wrong", &e.to_string()),
+        pages::message(
+            "Something went wrong",
+            "The request could not be completed. Please try again shortly.",
+        ),
     )
 }
 
@@ -229,6 +235,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
                 }
             },
         );
+    let history = history::routes(app.clone());
     let feed = base
         .and(warp::path!("calls" / "events"))
         .and(warp::get())
@@ -252,6 +259,8 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         .or(logout)
         .unify()
         .or(feed)
+        .unify()
+        .or(history)
         .unify()
         .or(get_page)
         .unify()
@@ -426,19 +435,32 @@ pub enum Notice {
     Error(String),
 }
 
+/// The organisation of a session, or the page that says why there is none.
+async fn org_of(app: &App, s: &Session) -> Result<Org, Box<Response<Body>>> {
+    match app.store.org(&s.org_id).await {
+        Ok(Some(o)) if !o.deleted => Ok(o),
+        Ok(_) => Err(Box::new(html(
+            StatusCode::FORBIDDEN,
+            pages::message(
+                "Organisation deleted",
+                "This organisation no longer exists.",
+            ),
+        ))),
+        Err(e) => Err(Box::new(failure(e))),
+    }
+}
+
+/// The session of a request and its organisation, or the response to send instead.
+async fn signed_in_org(app: &App, ctx: &Ctx) -> Result<(Session, Org), Box<Response<Body>>> {
+    let s = signed_in(app, ctx).await?;
+    let org = org_of(app, &s).await?;
+    Ok((s, org))
+}
+
 async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) -> Response<Body> {
-    let org = match app.store.org(&s.org_id).await {
-        Ok(Some(o)) if !o.deleted => o,
-        Ok(_) => {
-            return html(
-                StatusCode::FORBIDDEN,
-                pages::message(
-                    "Organisation deleted",
-                    "This organisation no longer exists.",
-                ),
-            )
-        }
-        Err(e) => return failure(e),
+    let org = match org_of(app, s).await {
+        Ok(o) => o,
+        Err(r) => return *r,
     };
     let body = match page {
         "keys" => match admin(
@@ -468,7 +490,13 @@ async fn page_for(app: &App, s: &Session, page: &str, notice: Option<Notice>) ->
             Ok(_) => return failure("unexpected answer"),
             Err(e) => return failure(e),
         },
-        "settings" => pages::settings(s, &org, notice),
+        "settings" => {
+            let choices = history::choices(app, &org).await;
+            pages::settings(s, &org, &choices, notice)
+        }
+        "history" => {
+            return history::list_page(app, s, &org, &HashMap::new(), notice).await;
+        }
         "usage" => match app.auth.quotas().report(&org.id, clock::now_ms()).await {
             Ok(report) => pages::usage(s, &org, &report),
             Err(e) => return failure(e),
@@ -577,6 +605,14 @@ async fn act(app: &App, s: &Session, page: &str, action: &str, form: &Form) -> R
             )
             .await
             .map(|_| Notice::Info("System prompt saved.".into()))
+        }
+        ("settings", "history") => history::save_settings(app, org, form).await,
+        ("history", "delete") => {
+            let notice = match app.store.org(&s.org_id).await {
+                Ok(Some(o)) => history::delete(app, &o, &id, field(form, "confirm") == "yes").await,
+                _ => Notice::Error("The organisation could not be read; try again.".into()),
+            };
+            Ok(notice)
         }
         ("settings", "mcp") => match mcp_of(form) {
             Ok(mut mcp) => {

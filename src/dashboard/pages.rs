@@ -70,15 +70,16 @@ fn document(title: &str, body: &str) -> String {
     )
 }
 
-const NAV: [(&str, &str); 5] = [
+const NAV: [(&str, &str); 6] = [
     ("keys", "API keys"),
     ("connectors", "Connectors"),
     ("settings", "Settings"),
     ("usage", "Usage"),
     ("calls", "Live calls"),
+    ("history", "Call history"),
 ];
 
-fn layout(s: &Session, org: &Org, current: &str, title: &str, content: &str) -> String {
+pub(super) fn layout(s: &Session, org: &Org, current: &str, title: &str, content: &str) -> String {
     let nav: String = NAV
         .iter()
         .map(|(page, label)| {
@@ -108,7 +109,7 @@ fn layout(s: &Session, org: &Org, current: &str, title: &str, content: &str) -> 
     document(title, &body)
 }
 
-fn csrf(s: &Session) -> String {
+pub(super) fn csrf(s: &Session) -> String {
     format!(
         r#"<input type="hidden" name="csrf" value="{}">"#,
         esc(&s.csrf)
@@ -160,7 +161,7 @@ fn secret_row(label: &str, id: &str, value: &str) -> String {
     )
 }
 
-fn notice_html(notice: Option<Notice>) -> String {
+pub(super) fn notice_html(notice: Option<Notice>) -> String {
     match notice {
         None => String::new(),
         Some(Notice::KeySecret(secret)) => format!(
@@ -201,7 +202,7 @@ fn notice_html(notice: Option<Notice>) -> String {
     }
 }
 
-fn date(rfc3339: &str) -> String {
+pub(super) fn date(rfc3339: &str) -> String {
     esc(&rfc3339
         .replace('T', " ")
         .chars()
@@ -299,8 +300,79 @@ pub fn connectors(
     layout(s, org, "connectors", "Connectors", &content)
 }
 
-/// System prompt and MCP server.
-pub fn settings(s: &Session, org: &Org, notice: Option<Notice>) -> String {
+/// What the call-history settings form shows: the plan's retention and the connectors and
+/// keys a redaction override may name.
+pub struct HistoryChoices {
+    /// The plan's `retention_days`; `None`: kept for ever.
+    pub plan_days: Option<u32>,
+    /// (id, label) of each active connector and API key.
+    pub sources: Vec<(String, String)>,
+}
+
+fn history_settings(s: &Session, org: &Org, choices: &HistoryChoices) -> String {
+    let h = &org.history;
+    let kept = match h.retention(choices.plan_days) {
+        Some(d) => format!("Records are kept for <strong>{d} days</strong>, then erased."),
+        None => "Records are kept until they are deleted.".to_owned(),
+    };
+    let most = match choices.plan_days {
+        Some(d) => format!(r#" max="{d}""#),
+        None => String::new(),
+    };
+    let plan = match choices.plan_days {
+        Some(d) => format!("at most {d}, the plan's"),
+        None => "empty: as long as the plan keeps them, for ever".to_owned(),
+    };
+    let overrides: String = choices
+        .sources
+        .iter()
+        .map(|(id, label)| {
+            let now = h.redact_connectors.get(id).copied();
+            let opt = |value: &str, text: &str, on: bool| {
+                format!(
+                    r#"<option value="{value}"{}>{text}</option>"#,
+                    if on { " selected" } else { "" }
+                )
+            };
+            format!(
+                r#"<label for="redact-{id}">{label}</label><select id="redact-{id}" name="redact_{id}">{}{}{}</select>"#,
+                opt("default", "As the organisation", now.is_none()),
+                opt("on", "Redact", now == Some(true)),
+                opt("off", "Do not redact", now == Some(false)),
+                id = esc(id),
+                label = esc(label),
+            )
+        })
+        .collect();
+    let overrides = if overrides.is_empty() {
+        String::new()
+    } else {
+        format!(
+            r#"<fieldset class="stack"><legend>Per connector or API key</legend>{overrides}</fieldset>"#
+        )
+    };
+    format!(
+        r#"<section aria-labelledby="history-h"><h2 id="history-h">Call history</h2>
+<p id="retention-now">{kept}</p>
+<form method="post" action="/dashboard/settings/history" class="stack">{csrf}
+<label for="retention_days">Keep records for (days; {plan})</label>
+<input id="retention_days" name="retention_days" type="number" min="1"{most} value="{own}">
+<label class="check"><input type="checkbox" id="redact" name="redact" value="1"{checked}> Redact card numbers, social security numbers, e-mail addresses and phone numbers in transcripts sent, stored and analysed</label>
+{overrides}
+<button type="submit">Save call history settings</button></form></section>"#,
+        csrf = csrf(s),
+        own = h.retention_days.map(|d| d.to_string()).unwrap_or_default(),
+        checked = if h.redact { " checked" } else { "" },
+    )
+}
+
+/// System prompt, MCP server and call history.
+pub fn settings(
+    s: &Session,
+    org: &Org,
+    history: &HistoryChoices,
+    notice: Option<Notice>,
+) -> String {
     // Header values are secrets (tokens): only their names are shown again.
     let (url, stored) = match &org.mcp {
         Some(m) if !m.headers.is_empty() => (
@@ -333,8 +405,10 @@ pub fn settings(s: &Session, org: &Org, notice: Option<Notice>) -> String {
 <label for="mcp-headers">Headers, one <code>Name: value</code> per line</label>
 {stored}<textarea id="mcp-headers" name="headers" rows="3"></textarea>
 <div class="row"><button type="submit">Save MCP server</button> <button type="submit" name="clear" value="1" class="danger">Remove</button></div></form>
-<form method="post" action="/dashboard/settings/mcp-test" class="row">{csrf}<button type="submit">Test connection</button></form></section>"#,
+<form method="post" action="/dashboard/settings/mcp-test" class="row">{csrf}<button type="submit">Test connection</button></form></section>
+{history}"#,
         notice = notice_html(notice),
+        history = history_settings(s, org, history),
         csrf = csrf(s),
         prompt = esc(org.system_prompt.as_deref().unwrap_or("")),
         url = esc(&url),

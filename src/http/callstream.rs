@@ -91,7 +91,9 @@ async fn handshake(
         .max_frame_size(max)
         .on_upgrade(move |socket| async move {
             match verdict {
-                Ok((account, _places)) => call(app, account, session_header, socket).await,
+                Ok((account, (_here, _connector, _org, redact))) => {
+                    call(app, account, redact, session_header, socket).await
+                }
                 Err(()) => refuse(socket).await,
             }
         })
@@ -103,8 +105,8 @@ async fn handshake(
 /// elsewhere, and the calls in progress keep their speech workers), then under its
 /// connector's and its organisation's caps (the plan's `max_live_calls`, within
 /// `calls.max_calls_per_org`), counted over every instance (refused `429`). Both are answered
-/// before the upgrade.
-async fn admit(app: &App, account: &Account) -> Result<(Place, Slot, Slot), ApiError> {
+/// before the upgrade. Also tells whether the organisation redacts this connector's calls.
+async fn admit(app: &App, account: &Account) -> Result<(Place, Slot, Slot, bool), ApiError> {
     let here = app
         .capacity
         .admit(&LiveLag::of(&app.asr))
@@ -115,11 +117,11 @@ async fn admit(app: &App, account: &Account) -> Result<(Place, Slot, Slot), ApiE
         message: format!("{what} already has {max} calls in progress"),
     };
     let store = |e: crate::store::StoreError| ApiError::Auth(AuthError::Store(e));
-    let plan_cap = app
-        .store
-        .org(&account.org_id)
-        .await
-        .map_err(store)?
+    let found = app.store.org(&account.org_id).await.map_err(store)?;
+    let redact = found
+        .as_ref()
+        .is_some_and(|org| org.history.redacts(&account.key_id));
+    let plan_cap = found
         .and_then(|org| app.config.plans.get(&org.plan).map(|p| p.max_live_calls))
         .unwrap_or(usize::MAX);
     let org_cap = limits.max_calls_per_org.min(plan_cap);
@@ -138,7 +140,7 @@ async fn admit(app: &App, account: &Account) -> Result<(Place, Slot, Slot), ApiE
         .await
         .map_err(store)?
         .ok_or_else(|| too_many("this organisation", org_cap))?;
-    Ok((here, connector, org))
+    Ok((here, connector, org, redact))
 }
 
 async fn authenticate(
@@ -182,7 +184,13 @@ async fn refuse(socket: WebSocket) {
     let _ = tx.close().await;
 }
 
-async fn call(app: App, account: Account, session_header: Option<String>, socket: WebSocket) {
+async fn call(
+    app: App,
+    account: Account,
+    redact: bool,
+    session_header: Option<String>,
+    socket: WebSocket,
+) {
     let (mut tx, mut rx) = socket.split();
     let settings = &app.config.calls;
     let billing_actor = match app.calls.billing().await {
@@ -207,7 +215,8 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
         classifier: app.calls.classifier(&account),
         settings: app.calls.settings(&app.languages),
         stats: app.calls.stats.clone(),
-        observer: Some(app.calls.live.clone()),
+        observer: Some(app.recorder.clone()),
+        redact,
     };
     let (supervisor, _handle) = match Actor::spawn(None, CallSupervisor, args).await {
         Ok(s) => s,
@@ -305,7 +314,13 @@ async fn call(app: App, account: Account, session_header: Option<String>, socket
     if !closed_cleanly {
         tracing::error!(call = %call_id, "call supervisor failed; socket closed");
         // It did not tell the live page either.
-        callstream_actors::call::CallObserver::ended(app.calls.live.as_ref(), &call_id);
+        app.recorder.ended(
+            &call_id,
+            &callstream_actors::call::CallEnded {
+                reason: "failed".to_owned(),
+                billed_ms: 0,
+            },
+        );
         billing::end_call(&billing_actor, &call_id).await;
     }
 }

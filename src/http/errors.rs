@@ -115,6 +115,14 @@ pub enum ApiError {
         /// What is wrong.
         message: String,
     },
+    /// No such record for this organisation.
+    #[error("{message}")]
+    NotFound {
+        /// Stable machine-readable code.
+        code: &'static str,
+        /// What was not found.
+        message: String,
+    },
     /// The upload is in a format we do not decode.
     #[error("unsupported audio format: {0}")]
     UnsupportedMedia(String),
@@ -240,6 +248,7 @@ impl ApiError {
                 AuthError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             },
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::NotFound { code, .. } => (StatusCode::NOT_FOUND, code),
             ApiError::UnsupportedMedia(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }

@@ -126,6 +126,18 @@ fn render(app: &App) -> String {
         behind,
     );
     metric(
+        "callstream_history_writes_total",
+        "counter",
+        "Changes written to the call history.",
+        app.history.stats.written.load(Ordering::Relaxed),
+    );
+    metric(
+        "callstream_history_dropped_total",
+        "counter",
+        "Changes to the call history dropped: the writer was behind, or the store refused them three times.",
+        app.history.stats.dropped.load(Ordering::Relaxed),
+    );
+    metric(
         "callstream_calls_active",
         "gauge",
         "Live calls in progress.",

@@ -9,6 +9,7 @@ pub mod chat_stream;
 pub mod errors;
 pub mod filters;
 pub mod health;
+pub mod history;
 pub mod languages;
 pub mod metrics;
 pub mod openapi;
@@ -39,5 +40,6 @@ pub fn api(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejection> 
         .or(account::routes(app.clone()))
         .or(chat::routes(app.clone()))
         .or(realtime::routes(app.clone()))
+        .or(history::routes(app.clone()))
         .or(transcribe::routes(app))
 }

@@ -14,6 +14,7 @@ use warp::{Filter, Rejection, Reply};
 
 use crate::app::App;
 use crate::files::{FileTranscript, Segment};
+use crate::history::{IntentEntry, Line, RecordKind};
 use crate::http::account::{Account, KeyInfo, OrgInfo, PlanInfo};
 use crate::http::chat::{AssistantMessage, Choice, Response as ChatResponse};
 use crate::http::chat_request::{
@@ -43,7 +44,15 @@ use crate::usage::{PoolReport, PoolReportSeconds, UsageReport};
         account,
         usage,
         chat_completions,
-        transcribe
+        transcribe,
+        calls_list,
+        call_get,
+        call_transcript,
+        call_delete,
+        transcriptions_list,
+        transcription_get,
+        transcription_transcript,
+        transcription_delete
     ),
     components(schemas(
         Status,
@@ -71,14 +80,22 @@ use crate::usage::{PoolReport, PoolReportSeconds, UsageReport};
         AssistantMessage,
         TranscribeForm,
         FileTranscript,
-        Segment
+        Segment,
+        RecordKind,
+        HistoryHead,
+        HistoryRecord,
+        CallList,
+        TranscriptionList,
+        Line,
+        IntentEntry
     )),
     modifiers(&KeyHeader),
     tags(
         (name = "service", description = "Health, readiness, metrics and this document; no key"),
         (name = "account", description = "The caller's organisation, plan and usage"),
         (name = "chat", description = "Chat completions (OpenAI-compatible)"),
-        (name = "transcription", description = "Audio files to transcripts and analyses")
+        (name = "transcription", description = "Audio files to transcripts and analyses"),
+        (name = "history", description = "Every call and file transcription kept: search, exports, erasure")
     )
 )]
 pub struct ApiDoc;
@@ -259,9 +276,230 @@ fn chat_completions() {}
 #[allow(dead_code)]
 fn transcribe() {}
 
+/// A record as the history routes show it (without its owner, with RFC 3339 times).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // only its schema is used
+struct HistoryHead {
+    /// `call_` or `tr_` followed by 24 hex digits.
+    id: String,
+    /// A live call or a file.
+    kind: RecordKind,
+    /// Start, Unix milliseconds.
+    started_ms: i64,
+    /// Start, RFC 3339.
+    started_at: String,
+    /// End, Unix milliseconds; null while a call is in progress.
+    ended_ms: Option<i64>,
+    /// End, RFC 3339.
+    ended_at: Option<String>,
+    /// The connector's client id (calls) or the API key id (files).
+    connector: String,
+    /// The platform's conversation id (calls).
+    conversation_id: Option<String>,
+    /// Caller number as sent (calls).
+    ani: Option<String>,
+    /// Dialled number as sent (calls).
+    dnis: Option<String>,
+    /// How the call ended (calls).
+    close_reason: Option<String>,
+    /// Language tag.
+    language: Option<String>,
+    /// Speaker of each channel in channel order (`Customer`, `Agent`).
+    channels: Vec<String>,
+    /// Audio billed, milliseconds.
+    billed_ms: u64,
+    /// The uploaded file's name (files).
+    file_name: Option<String>,
+    /// Seconds of audio (files).
+    duration: Option<f64>,
+    /// The latest top intent.
+    intent: Option<String>,
+    /// A file's analyses: `intent`, and `bant`, `neat_p` when asked for.
+    #[schema(value_type = Option<Object>)]
+    analyses: Option<serde_json::Value>,
+}
+
+/// A record with its transcript and intent updates.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct HistoryRecord {
+    #[serde(flatten)]
+    head: HistoryHead,
+    /// Final transcript lines in time order.
+    transcript: Vec<Line>,
+    /// Intent updates of a call, oldest first.
+    intents: Vec<IntentEntry>,
+}
+
+/// A page of calls, newest first.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct CallList {
+    calls: Vec<HistoryHead>,
+    /// The `cursor` of the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// A page of file transcriptions, newest first.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct TranscriptionList {
+    transcriptions: Vec<HistoryHead>,
+    /// The `cursor` of the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// The organisation's calls, newest first, filtered.
+#[utoipa::path(get, path = "/api/calls", tag = "history", security(("api_key" = [])),
+    params(
+        ("q" = Option<String>, Query, description = "Words that must all be in the transcript (whole words, any case; at most 8 words, 200 characters)"),
+        ("from" = Option<String>, Query, description = "Started at or after: RFC 3339 or Unix milliseconds"),
+        ("to" = Option<String>, Query, description = "Started before: RFC 3339 or Unix milliseconds"),
+        ("connector" = Option<String>, Query, description = "Connector client id"),
+        ("intent" = Option<String>, Query, description = "The latest top intent, exactly"),
+        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page")),
+    responses(
+        (status = 200, description = "A page", body = CallList),
+        (status = 400, description = "Invalid query or cursor", body = ErrorBody),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 429, description = "Over the key's requests per minute", body = ErrorBody)))]
+#[allow(dead_code)]
+fn calls_list() {}
+
+/// One call: details, transcript, intent updates.
+#[utoipa::path(get, path = "/api/calls/{id}", tag = "history", security(("api_key" = [])),
+    params(("id" = String, Path, description = "Call id (`call_...`)")),
+    responses(
+        (status = 200, description = "The call", body = HistoryRecord),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 404, description = "No such call in this organisation", body = ErrorBody)))]
+#[allow(dead_code)]
+fn call_get() {}
+
+/// A call's transcript as a file: the record as JSON, speaker-labelled text, SRT or WebVTT.
+#[utoipa::path(get, path = "/api/calls/{id}/transcript", tag = "history", security(("api_key" = [])),
+    params(
+        ("id" = String, Path, description = "Call id"),
+        ("format" = Option<String>, Query, description = "`json` (default), `txt`, `srt` or `vtt`")),
+    responses(
+        (status = 200, description = "The transcript (as an attachment)", content(
+            (HistoryRecord = "application/json"),
+            (String = "text/plain"),
+            (String = "application/x-subrip"),
+            (String = "text/vtt"))),
+        (status = 400, description = "Unknown format", body = ErrorBody),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 404, description = "No such call in this organisation", body = ErrorBody)))]
+#[allow(dead_code)]
+fn call_transcript() {}
+
+/// Erases a call: record, transcript, intents and search entries.
+#[utoipa::path(delete, path = "/api/calls/{id}", tag = "history", security(("api_key" = [])),
+    params(("id" = String, Path, description = "Call id")),
+    responses(
+        (status = 204, description = "Erased"),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 404, description = "No such call in this organisation", body = ErrorBody)))]
+#[allow(dead_code)]
+fn call_delete() {}
+
+/// The organisation's file transcriptions, newest first, filtered.
+#[utoipa::path(get, path = "/api/transcriptions", tag = "history", security(("api_key" = [])),
+    params(
+        ("q" = Option<String>, Query, description = "Words that must all be in the transcript"),
+        ("from" = Option<String>, Query, description = "Transcribed at or after: RFC 3339 or Unix milliseconds"),
+        ("to" = Option<String>, Query, description = "Transcribed before: RFC 3339 or Unix milliseconds"),
+        ("connector" = Option<String>, Query, description = "The API key id it was sent with"),
+        ("intent" = Option<String>, Query, description = "The top intent, exactly"),
+        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page")),
+    responses(
+        (status = 200, description = "A page", body = TranscriptionList),
+        (status = 400, description = "Invalid query or cursor", body = ErrorBody),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 429, description = "Over the key's requests per minute", body = ErrorBody)))]
+#[allow(dead_code)]
+fn transcriptions_list() {}
+
+/// One file transcription: details, segments as lines, analyses.
+#[utoipa::path(get, path = "/api/transcriptions/{id}", tag = "history", security(("api_key" = [])),
+    params(("id" = String, Path, description = "Transcription id (`tr_...`), as `POST /api/transcribe` answered it")),
+    responses(
+        (status = 200, description = "The transcription", body = HistoryRecord),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 404, description = "No such transcription in this organisation", body = ErrorBody)))]
+#[allow(dead_code)]
+fn transcription_get() {}
+
+/// A file transcription's transcript as a file.
+#[utoipa::path(get, path = "/api/transcriptions/{id}/transcript", tag = "history", security(("api_key" = [])),
+    params(
+        ("id" = String, Path, description = "Transcription id"),
+        ("format" = Option<String>, Query, description = "`json` (default), `txt`, `srt` or `vtt`")),
+    responses(
+        (status = 200, description = "The transcript (as an attachment)", content(
+            (HistoryRecord = "application/json"),
+            (String = "text/plain"),
+            (String = "application/x-subrip"),
+            (String = "text/vtt"))),
+        (status = 400, description = "Unknown format", body = ErrorBody),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 404, description = "No such transcription in this organisation", body = ErrorBody)))]
+#[allow(dead_code)]
+fn transcription_transcript() {}
+
+/// Erases a file transcription.
+#[utoipa::path(delete, path = "/api/transcriptions/{id}", tag = "history", security(("api_key" = [])),
+    params(("id" = String, Path, description = "Transcription id")),
+    responses(
+        (status = 204, description = "Erased"),
+        (status = 401, description = "Missing, unknown or revoked key", body = ErrorBody),
+        (status = 404, description = "No such transcription in this organisation", body = ErrorBody)))]
+#[allow(dead_code)]
+fn transcription_delete() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_history_head_is_documented_as_the_routes_show_it() {
+        let doc: serde_json::Value = serde_json::from_str(&document("http://x")).unwrap();
+        let props = doc["components"]["schemas"]["HistoryHead"]["properties"]
+            .as_object()
+            .unwrap();
+        let mut documented: Vec<&str> = props.keys().map(String::as_str).collect();
+        let head = crate::history::RecordHead {
+            id: "call_0".into(),
+            org_id: "org_a".into(),
+            kind: RecordKind::File,
+            started_ms: 1,
+            ended_ms: Some(2),
+            connector: "key_1".into(),
+            conversation_id: Some("c".into()),
+            ani: Some("a".into()),
+            dnis: Some("d".into()),
+            close_reason: Some("closed".into()),
+            language: Some("en".into()),
+            channels: vec!["Customer".into()],
+            billed_ms: 1,
+            file_name: Some("f.wav".into()),
+            duration: Some(1.0),
+            intent: Some("other".into()),
+            analyses: Some(serde_json::json!({})),
+        };
+        let shown = crate::http::history::head_view(&head);
+        let mut shown: Vec<&str> = shown
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        documented.sort_unstable();
+        shown.sort_unstable();
+        assert_eq!(documented, shown);
+    }
 
     #[test]
     fn the_chat_request_documents_every_field_the_parser_reads() {

@@ -29,6 +29,7 @@ use crate::http::errors::ApiError;
 #[derive(Debug)]
 struct Form {
     file: Vec<u8>,
+    file_name: Option<String>,
     extension: Option<String>,
     language: String,
     bant: bool,
@@ -162,7 +163,7 @@ fn form_of(parts: Vec<Part>) -> Result<Form, ApiError> {
                     .as_deref()
                     .and_then(|f| f.rsplit_once('.'))
                     .map(|(_, ext)| ext.to_ascii_lowercase());
-                file = Some((data, extension));
+                file = Some((data, extension, filename.clone()));
             }
             "language" => language = Some(text()?.trim().to_owned()),
             "extract_bant" => bant = flag("extract_bant", &text()?)?,
@@ -171,13 +172,14 @@ fn form_of(parts: Vec<Part>) -> Result<Form, ApiError> {
             _ => {}
         }
     }
-    let (file, extension) =
+    let (file, extension, file_name) =
         file.ok_or_else(|| bad("missing_file", "the form has no file field"))?;
     let language = language
         .filter(|l| !l.is_empty())
         .unwrap_or_else(|| "en".to_owned());
     Ok(Form {
         file,
+        file_name,
         extension,
         language,
         bant,
@@ -227,12 +229,14 @@ async fn transcribe(
         })?;
     let Form {
         file,
+        file_name,
         extension,
         language,
         bant,
         neat,
         user,
     } = read_form(form, limit).await?;
+    let started_ms = crate::clock::now_ms();
     let request = FileRequest {
         bytes: file,
         extension,
@@ -242,13 +246,28 @@ async fn transcribe(
             bant,
             neat_p: neat,
         },
+        redact: caller.org.history.redacts(&caller.key.id),
     };
     let payer = Payer {
         auth: app.auth.clone(),
         caller,
         end_user: user,
     };
-    let transcript = crate::files::transcribe(&app.files(), request, Some(&payer), None).await?;
+    let mut transcript =
+        crate::files::transcribe(&app.files(), request, Some(&payer), None).await?;
+    let record = crate::http::history::file_record(
+        &payer.caller.org.id,
+        &payer.caller.key.id,
+        started_ms,
+        file_name.as_deref(),
+        &transcript,
+    );
+    // Billed and answered whatever happens here: a store that cannot keep the record costs the
+    // client its id, not its transcript.
+    match app.store.put_record(&record).await {
+        Ok(()) => transcript.id = Some(record.head.id),
+        Err(e) => tracing::error!(error = %e, "call history: a file transcription was not stored"),
+    }
     Ok(warp::reply::json(&transcript).into_response())
 }
 

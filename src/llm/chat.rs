@@ -334,6 +334,7 @@ mod tests {
             system_prompt: prompt.map(str::to_owned),
             mcp: None,
             mcp_allow: Vec::new(),
+            history: Default::default(),
             plan: "free".into(),
             deleted: false,
             created_at_ms: 0,

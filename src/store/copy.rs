@@ -24,6 +24,9 @@ pub struct CopyReport {
     pub users: usize,
     /// Ledger rows: charges and live calls' running totals.
     pub usage_events: usize,
+    /// Call-history records (calls and file transcriptions) with their lines and intents.
+    #[serde(default)]
+    pub history_records: usize,
 }
 
 /// Why a copy did not start or did not finish.
@@ -93,10 +96,42 @@ pub async fn copy(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, CopyEr
             }
         }
         to.checkpoint(&running).await.map_err(usage)?;
+        report.history_records += copy_history(from, to, &org.id).await?;
     }
     for user in users {
         to.insert_user(&user).await?;
         report.users += 1;
     }
     Ok(report)
+}
+
+/// Copies an organisation's call history, page by page, each record whole.
+async fn copy_history(from: &dyn Store, to: &dyn Store, org_id: &str) -> Result<usize, StoreError> {
+    use crate::history::{Query, RecordKind, MAX_PAGE};
+    let mut copied = 0;
+    for kind in [RecordKind::Call, RecordKind::File] {
+        let mut query = Query {
+            limit: MAX_PAGE,
+            ..Query::default()
+        };
+        loop {
+            let page = from.records(org_id, kind, &query).await?;
+            for head in &page.heads {
+                // Erased since the page was read: nothing to copy.
+                let Some(record) = from.load_record(org_id, &head.id).await? else {
+                    continue;
+                };
+                to.put_record(&record).await?;
+                for entry in &record.intents {
+                    to.add_intent(org_id, &head.id, entry).await?;
+                }
+                copied += 1;
+            }
+            match page.next {
+                Some(next) => query.after = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(copied)
 }

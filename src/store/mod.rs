@@ -7,6 +7,7 @@
 //! Usage events are appended to a ledger; per-day totals are kept beside it in the same
 //! transaction, so quota questions are answered without scanning the ledger.
 
+pub mod archive;
 pub mod copy;
 pub mod crypto;
 pub mod postgres;
@@ -143,10 +144,46 @@ pub struct Org {
     pub mcp_allow: Vec<String>,
     /// Name of a plan in the configuration.
     pub plan: String,
+    /// Retention and redaction of the organisation's call history.
+    #[serde(default)]
+    pub history: HistorySettings,
     /// Deleted organisations keep their records; their keys answer 404.
     pub deleted: bool,
     /// Unix milliseconds.
     pub created_at_ms: i64,
+}
+
+/// What an organisation asks of its call history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HistorySettings {
+    /// Days a record is kept, if shorter than the plan's `retention_days`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_days: Option<u32>,
+    /// Card numbers, social security numbers, e-mail addresses and phone numbers are replaced
+    /// (`[card]`, `[ssn]`, `[email]`, `[phone]`) in transcripts sent, stored and analysed.
+    #[serde(default)]
+    pub redact: bool,
+    /// Connectors (client ids) that redact otherwise than the organisation.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub redact_connectors: BTreeMap<String, bool>,
+}
+
+impl HistorySettings {
+    /// Whether what comes in through `connector` (a client id or API key id) is redacted.
+    pub fn redacts(&self, connector: &str) -> bool {
+        self.redact_connectors
+            .get(connector)
+            .copied()
+            .unwrap_or(self.redact)
+    }
+
+    /// Days a record is kept: the organisation's own, within the plan's.
+    pub fn retention(&self, plan_days: Option<u32>) -> Option<u32> {
+        match (self.retention_days, plan_days) {
+            (Some(own), Some(plan)) => Some(own.min(plan)),
+            (own, plan) => own.or(plan),
+        }
+    }
 }
 
 /// An MCP server reached over Streamable HTTP. The headers usually carry credentials, so the
@@ -311,7 +348,7 @@ impl From<StoreError> for UsageError {
 /// Writes are durable when they return `Ok`: a usage event acknowledged by
 /// [`UsageSink::record`] survives a crash.
 #[async_trait::async_trait]
-pub trait Store: UsageSink + Send + Sync + 'static {
+pub trait Store: UsageSink + archive::Archive + Send + Sync + 'static {
     /// Adds a dashboard user; the email must be new.
     async fn insert_user(&self, user: &DashboardUser) -> Result<(), StoreError>;
     /// A dashboard user by email.

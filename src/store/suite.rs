@@ -14,6 +14,7 @@ use super::{
     SledStore, Space, Store, StoreError,
 };
 use crate::clock;
+use crate::history::{IntentEntry, Line, Query, Record, RecordHead, RecordKind};
 
 /// A place a store lives, which can be opened (again) with a given key.
 #[async_trait::async_trait]
@@ -114,6 +115,9 @@ impl Backend for Postgres {
             "connectors",
             "dashboard_users",
             "usage_ledger",
+            "history_records",
+            "history_lines",
+            "history_intents",
         ] {
             for row in client
                 .query(&format!("SELECT t::text FROM {table} t"), &[])
@@ -146,6 +150,7 @@ fn org(id: &str) -> Org {
         }),
         mcp_allow: vec!["10.0.0.0/8".into(), "mcp.internal".into()],
         plan: "free".into(),
+        history: Default::default(),
         deleted: false,
         created_at_ms: 1,
     }
@@ -556,6 +561,46 @@ async fn populate(s: &dyn Store) {
     s.checkpoint(&[running("c1", BEFORE_MIDNIGHT + 1, 1500)])
         .await
         .unwrap();
+    // A call with its lines and intents, and a file transcription.
+    let call = crate::history::call_record_id("org_a", "sess-copy");
+    s.begin_record(&call_head("org_a", &call, BEFORE_MIDNIGHT, "cc_1"))
+        .await
+        .unwrap();
+    s.add_lines(
+        "org_a",
+        &call,
+        &[
+            line(0, 0.5, "my parcel is late"),
+            line(1, 2.0, "let me check"),
+        ],
+    )
+    .await
+    .unwrap();
+    s.add_intent(
+        "org_a",
+        &call,
+        &intent_entry(BEFORE_MIDNIGHT + 10, "order_status"),
+    )
+    .await
+    .unwrap();
+    s.end_record("org_a", &call, BEFORE_MIDNIGHT + 60_000, "closed", 60_000)
+        .await
+        .unwrap();
+    let mut file = call_head(
+        "org_a",
+        &crate::history::file_record_id(),
+        BEFORE_MIDNIGHT,
+        "key_1",
+    );
+    file.kind = RecordKind::File;
+    file.file_name = Some("a.wav".into());
+    s.put_record(&Record {
+        head: file,
+        transcript: vec![line(0, 0.0, "hello there")],
+        intents: Vec::new(),
+    })
+    .await
+    .unwrap();
 }
 
 /// Everything a store says, to compare two stores.
@@ -579,6 +624,15 @@ async fn dump(s: &dyn Store) -> String {
                 .await
                 .unwrap()
         );
+        for kind in [RecordKind::Call, RecordKind::File] {
+            let query = Query {
+                limit: 100,
+                ..Query::default()
+            };
+            for id in all_pages(s, &org.id, kind, query).await {
+                out += &format!("{:?}\n", s.load_record(&org.id, &id).await.unwrap());
+            }
+        }
     }
     out
 }
@@ -600,6 +654,7 @@ async fn copy_moves_everything(b: &dyn Backend) {
         (2, 2, 1, 1)
     );
     assert_eq!(report.usage_events, 3);
+    assert_eq!(report.history_records, 2);
     assert_eq!(dump(&*source).await, dump(&*target).await);
     // The running total is still one: a later checkpoint writes over it.
     target
@@ -1059,6 +1114,545 @@ impl UsageSink for Refusing {
     }
 }
 
+fn call_head(org: &str, id: &str, started_ms: i64, connector: &str) -> RecordHead {
+    RecordHead {
+        id: id.into(),
+        org_id: org.into(),
+        kind: RecordKind::Call,
+        started_ms,
+        ended_ms: None,
+        connector: connector.into(),
+        conversation_id: Some("conv-1".into()),
+        ani: Some("tel:+15551230000".into()),
+        dnis: Some("tel:+15559870000".into()),
+        close_reason: None,
+        language: Some("en-US".into()),
+        channels: vec!["Customer".into(), "Agent".into()],
+        billed_ms: 0,
+        file_name: None,
+        duration: None,
+        intent: None,
+        analyses: None,
+    }
+}
+
+fn line(channel: usize, offset: f64, text: &str) -> Line {
+    Line {
+        channel,
+        offset,
+        duration: 1.5,
+        confidence: 0.9,
+        text: text.into(),
+    }
+}
+
+fn intent_entry(at_ms: i64, intent: &str) -> IntentEntry {
+    IntentEntry {
+        at_ms,
+        result: serde_json::json!({"intents": [{"intent": intent, "confidence": 0.8}], "reasoning": "said so"}),
+    }
+}
+
+/// Every id of an organisation's records of `kind` that `query` finds, page after page.
+async fn all_pages(s: &dyn Store, org: &str, kind: RecordKind, mut query: Query) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..1000 {
+        let page = s.records(org, kind, &query).await.unwrap();
+        assert!(page.heads.len() <= query.limit);
+        ids.extend(page.heads.into_iter().map(|h| h.id));
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return ids,
+        }
+    }
+    panic!("a listing that never ends");
+}
+
+async fn a_call_is_recorded_as_it_goes_and_resumes_as_one_record(b: &dyn Backend) {
+    let s = b.open().await;
+    let id = crate::history::call_record_id("org_a", "sess-1");
+    s.begin_record(&call_head("org_a", &id, 1_000, "conn_1"))
+        .await
+        .unwrap();
+    // Lines arrive out of order between channels; one is sent twice.
+    s.add_lines(
+        "org_a",
+        &id,
+        &[line(1, 2.0, "Thanks for calling."), line(0, 1.0, "Hello?")],
+    )
+    .await
+    .unwrap();
+    s.add_lines("org_a", &id, &[line(1, 2.0, "Thanks for calling.")])
+        .await
+        .unwrap();
+    s.add_intent("org_a", &id, &intent_entry(1_500, "billing_question"))
+        .await
+        .unwrap();
+    s.add_intent("org_a", &id, &intent_entry(1_700, "cancel_service"))
+        .await
+        .unwrap();
+    s.end_record("org_a", &id, 5_000, "end", 4_000)
+        .await
+        .unwrap();
+    // Another organisation sees nothing of it, and cannot write to or erase it.
+    assert_eq!(s.load_record("org_b", &id).await.unwrap(), None);
+    s.add_lines("org_b", &id, &[line(0, 9.0, "intruder")])
+        .await
+        .unwrap();
+    assert!(!s.delete_record("org_b", &id).await.unwrap());
+
+    let r = s.load_record("org_a", &id).await.unwrap().unwrap();
+    assert_eq!(r.head.started_ms, 1_000);
+    assert_eq!(r.head.ended_ms, Some(5_000));
+    assert_eq!(r.head.close_reason.as_deref(), Some("end"));
+    assert_eq!(r.head.billed_ms, 4_000);
+    assert_eq!(r.head.intent.as_deref(), Some("cancel_service"));
+    assert_eq!(r.head.ani.as_deref(), Some("tel:+15551230000"));
+    assert_eq!(
+        r.transcript,
+        [line(0, 1.0, "Hello?"), line(1, 2.0, "Thanks for calling.")]
+    );
+    assert_eq!(
+        r.intents,
+        [
+            intent_entry(1_500, "billing_question"),
+            intent_entry(1_700, "cancel_service")
+        ]
+    );
+
+    // The call moves to another instance: a new session of the same call.
+    let mut resumed = call_head("org_a", &id, 9_000, "conn_1");
+    resumed.conversation_id = Some("conv-1".into());
+    s.begin_record(&resumed).await.unwrap();
+    let r = s.load_record("org_a", &id).await.unwrap().unwrap();
+    assert_eq!(r.head.started_ms, 1_000, "the call keeps its start");
+    assert_eq!(r.head.ended_ms, None, "it is in progress again");
+    assert_eq!(r.head.billed_ms, 4_000);
+    assert_eq!(r.transcript.len(), 2);
+    s.add_lines("org_a", &id, &[line(0, 70.0, "Still there?")])
+        .await
+        .unwrap();
+    s.end_record("org_a", &id, 12_000, "disconnect", 3_000)
+        .await
+        .unwrap();
+    let r = s.load_record("org_a", &id).await.unwrap().unwrap();
+    assert_eq!(r.head.billed_ms, 7_000, "both sessions' audio");
+    assert_eq!(r.transcript.len(), 3);
+    assert_eq!(r.head.ended_ms, Some(12_000));
+    let listed = all_pages(
+        s.as_ref(),
+        "org_a",
+        RecordKind::Call,
+        Query {
+            limit: 10,
+            ..Query::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        listed,
+        std::slice::from_ref(&id),
+        "one record, not one per session"
+    );
+
+    // Lines for a record that is not there are not kept.
+    s.add_lines(
+        "org_a",
+        "call_000000000000000000000000",
+        &[line(0, 1.0, "ghost")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.load_record("org_a", "call_000000000000000000000000")
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+async fn history_lists_newest_first_with_filters_search_and_pages(b: &dyn Backend) {
+    let s = b.open().await;
+    let mut ids = Vec::new();
+    for i in 0..25i64 {
+        let id = crate::history::call_record_id("org_a", &format!("s{i}"));
+        let connector = if i % 2 == 0 { "conn_even" } else { "conn_odd" };
+        // Two records in each millisecond: ties are broken by id.
+        s.begin_record(&call_head("org_a", &id, 10_000 + i / 2, connector))
+            .await
+            .unwrap();
+        let said = if i % 3 == 0 {
+            format!("I want a Refund for order {i}, please.")
+        } else {
+            format!("Just checking my balance, call {i}.")
+        };
+        s.add_lines(
+            "org_a",
+            &id,
+            &[line(0, 0.5, &said), line(1, 3.0, "Sure, one moment.")],
+        )
+        .await
+        .unwrap();
+        let intent = if i % 3 == 0 {
+            "refund_request"
+        } else {
+            "balance_inquiry"
+        };
+        s.add_intent("org_a", &id, &intent_entry(20_000, intent))
+            .await
+            .unwrap();
+        ids.push((10_000 + i / 2, id));
+    }
+    // Another organisation says the same words.
+    let theirs = crate::history::call_record_id("org_b", "s0");
+    s.begin_record(&call_head("org_b", &theirs, 10_005, "conn_even"))
+        .await
+        .unwrap();
+    s.add_lines("org_b", &theirs, &[line(0, 0.5, "refund refund")])
+        .await
+        .unwrap();
+    // A file of org_a, which a listing of calls does not show.
+    let file = Record {
+        head: RecordHead {
+            id: crate::history::file_record_id(),
+            kind: RecordKind::File,
+            file_name: Some("call.wav".into()),
+            duration: Some(12.5),
+            ended_ms: Some(30_001),
+            billed_ms: 12_500,
+            ..call_head("org_a", "", 30_000, "key_1")
+        },
+        transcript: vec![line(0, 0.0, "A refund for the file.")],
+        intents: Vec::new(),
+    };
+    s.put_record(&file).await.unwrap();
+
+    let mut newest_first = ids.clone();
+    newest_first.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let expected: Vec<String> = newest_first.iter().map(|(_, id)| id.clone()).collect();
+    let q = |limit| Query {
+        limit,
+        ..Query::default()
+    };
+    for limit in [1, 7, 25, 100] {
+        assert_eq!(
+            all_pages(s.as_ref(), "org_a", RecordKind::Call, q(limit)).await,
+            expected,
+            "pages of {limit}"
+        );
+    }
+    let first = s.records("org_a", RecordKind::Call, &q(5)).await.unwrap();
+    assert_eq!(first.heads.len(), 5);
+    assert!(first.heads.iter().all(|h| h.org_id == "org_a"));
+    assert!(first.next.is_some());
+
+    let refunds: Vec<String> = expected
+        .iter()
+        .enumerate()
+        .filter(|_| true)
+        .map(|(_, id)| id.clone())
+        .filter(|id| ids.iter().position(|(_, x)| x == id).unwrap() % 3 == 0)
+        .collect();
+    let search = |words: &str, limit| Query {
+        words: crate::history::query_words(words),
+        limit,
+        ..Query::default()
+    };
+    // Whole words, any case, every word.
+    for limit in [2, 100] {
+        assert_eq!(
+            all_pages(
+                s.as_ref(),
+                "org_a",
+                RecordKind::Call,
+                search("REFUND", limit)
+            )
+            .await,
+            refunds
+        );
+    }
+    assert_eq!(
+        all_pages(
+            s.as_ref(),
+            "org_a",
+            RecordKind::Call,
+            search("refund order 9", 100)
+        )
+        .await,
+        [ids[9].1.clone()]
+    );
+    assert!(
+        all_pages(
+            s.as_ref(),
+            "org_a",
+            RecordKind::Call,
+            search("refund balance", 100)
+        )
+        .await
+        .is_empty(),
+        "every word must appear"
+    );
+    assert!(
+        all_pages(s.as_ref(), "org_a", RecordKind::Call, search("refu", 100))
+            .await
+            .is_empty()
+    );
+    // Words said by either channel.
+    assert_eq!(
+        all_pages(
+            s.as_ref(),
+            "org_a",
+            RecordKind::Call,
+            search("moment refund", 100)
+        )
+        .await,
+        refunds
+    );
+    assert_eq!(
+        all_pages(s.as_ref(), "org_b", RecordKind::Call, search("refund", 100)).await,
+        std::slice::from_ref(&theirs)
+    );
+    assert_eq!(
+        all_pages(s.as_ref(), "org_a", RecordKind::File, search("refund", 100)).await,
+        std::slice::from_ref(&file.head.id)
+    );
+
+    // Filters, alone and together.
+    let by_connector = Query {
+        connector: Some("conn_odd".into()),
+        limit: 4,
+        ..Query::default()
+    };
+    let odd: Vec<String> = expected
+        .iter()
+        .filter(|id| ids.iter().position(|(_, x)| x == *id).unwrap() % 2 == 1)
+        .cloned()
+        .collect();
+    assert_eq!(
+        all_pages(s.as_ref(), "org_a", RecordKind::Call, by_connector).await,
+        odd
+    );
+    let by_intent = Query {
+        intent: Some("refund_request".into()),
+        limit: 3,
+        ..Query::default()
+    };
+    assert_eq!(
+        all_pages(s.as_ref(), "org_a", RecordKind::Call, by_intent).await,
+        refunds
+    );
+    let window = Query {
+        from_ms: Some(10_002),
+        to_ms: Some(10_004),
+        limit: 100,
+        ..Query::default()
+    };
+    let in_window: Vec<String> = newest_first
+        .iter()
+        .filter(|(ms, _)| (10_002..10_004).contains(ms))
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert_eq!(in_window.len(), 4);
+    assert_eq!(
+        all_pages(s.as_ref(), "org_a", RecordKind::Call, window).await,
+        in_window
+    );
+    let together = Query {
+        words: crate::history::query_words("refund"),
+        connector: Some("conn_even".into()),
+        from_ms: Some(10_003),
+        limit: 1,
+        ..Query::default()
+    };
+    let both: Vec<String> = newest_first
+        .iter()
+        .filter(|(ms, id)| {
+            let i = ids.iter().position(|(_, x)| x == id).unwrap();
+            *ms >= 10_003 && i % 6 == 0
+        })
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert!(!both.is_empty());
+    assert_eq!(
+        all_pages(s.as_ref(), "org_a", RecordKind::Call, together).await,
+        both
+    );
+    // A file's record holds what was put.
+    assert_eq!(
+        s.load_record("org_a", &file.head.id).await.unwrap(),
+        Some(file.clone())
+    );
+}
+
+async fn erasure_and_retention_leave_nothing_behind(b: &dyn Backend) {
+    let plans: BTreeMap<String, crate::config::Plan> = BTreeMap::from([
+        (
+            "free".to_owned(),
+            crate::config::Plan {
+                retention_days: Some(30),
+                ..crate::config::Plan::unlimited()
+            },
+        ),
+        ("enterprise".to_owned(), crate::config::Plan::unlimited()),
+    ]);
+    const DAY: i64 = 86_400_000;
+    let now = 100 * DAY;
+    let mut shorter = org("org_short");
+    shorter.history.retention_days = Some(7);
+    let mut forever = org("org_forever");
+    forever.plan = "enterprise".into();
+    let ids = {
+        let s = b.open().await;
+        let mut ids = BTreeMap::new();
+        // Each organisation's words are its own (`zanzibar{age}x{n}`), so the raw view can tell
+        // an erased record's words from a kept one's.
+        for (n, o) in [org("org_a"), shorter, forever].into_iter().enumerate() {
+            s.insert_org(&o).await.unwrap();
+            for age_days in [1, 10, 40, 400] {
+                let id = crate::history::call_record_id(&o.id, &format!("age{age_days}"));
+                s.begin_record(&call_head(&o.id, &id, now - age_days * DAY, "conn_1"))
+                    .await
+                    .unwrap();
+                s.add_lines(
+                    &o.id,
+                    &id,
+                    &[line(
+                        0,
+                        1.0,
+                        &format!("zanzibar{age_days}x{n} secret words"),
+                    )],
+                )
+                .await
+                .unwrap();
+                s.add_intent(&o.id, &id, &intent_entry(now, "other"))
+                    .await
+                    .unwrap();
+                ids.insert((o.id.clone(), age_days), id);
+            }
+        }
+        // Erasure on request.
+        let gone = &ids[&("org_a".to_owned(), 1)];
+        assert!(s.delete_record("org_a", gone).await.unwrap());
+        assert!(!s.delete_record("org_a", gone).await.unwrap());
+        assert_eq!(s.load_record("org_a", gone).await.unwrap(), None);
+        let search = |w: &str| Query {
+            words: crate::history::query_words(w),
+            limit: 100,
+            ..Query::default()
+        };
+        assert!(s
+            .records("org_a", RecordKind::Call, &search("zanzibar1x0"))
+            .await
+            .unwrap()
+            .heads
+            .is_empty());
+        // The purge, at a chosen time, twice at once (two instances), then again.
+        let (a, b2) = tokio::join!(
+            crate::store::archive::purge_expired(s.as_ref(), &plans, now),
+            crate::store::archive::purge_expired(s.as_ref(), &plans, now),
+        );
+        let erased = a.unwrap() + b2.unwrap();
+        // org_a (30 days): 40 and 400; org_short (7 days): 10, 40, 400; org_forever: none.
+        assert_eq!(erased, 5, "each record erased once");
+        assert_eq!(
+            crate::store::archive::purge_expired(s.as_ref(), &plans, now)
+                .await
+                .unwrap(),
+            0
+        );
+        for ((org_id, age), id) in &ids {
+            let (n, kept) = match org_id.as_str() {
+                "org_a" => (0, *age == 10),
+                "org_short" => (1, *age == 1),
+                _ => (2, true),
+            };
+            assert_eq!(
+                s.load_record(org_id, id).await.unwrap().is_some(),
+                kept,
+                "{org_id} {age} days"
+            );
+            let found = s
+                .records(
+                    org_id,
+                    RecordKind::Call,
+                    &search(&format!("zanzibar{age}x{n}")),
+                )
+                .await
+                .unwrap()
+                .heads;
+            assert_eq!(
+                found.len(),
+                usize::from(kept),
+                "{org_id} {age} days, search"
+            );
+        }
+        // At most `most` per pass.
+        assert_eq!(s.purge_records("org_forever", now, 2).await.unwrap(), 2);
+        assert_eq!(s.purge_records("org_forever", now, 10).await.unwrap(), 2);
+        ids
+    };
+    // Nothing of an erased record is left in the store.
+    let raw = b.raw().await;
+    assert!(
+        contains(&raw, b"zanzibar10x0"),
+        "the raw view sees what is kept"
+    );
+    for word in [
+        "zanzibar1x0",
+        "zanzibar40x0",
+        "zanzibar400x0",
+        "zanzibar10x1",
+        "zanzibar40x1",
+        "zanzibar400x1",
+    ] {
+        assert!(
+            !contains(&raw, word.as_bytes()),
+            "{word} is still in the store"
+        );
+    }
+    assert!(!contains(&raw, ids[&("org_a".to_owned(), 1)].as_bytes()));
+}
+
+async fn a_last_page_has_no_cursor(b: &dyn Backend) {
+    let s = b.open().await;
+    // One organisation alone in the store: its listing runs to the store's end.
+    s.insert_org(&org("org_z")).await.unwrap();
+    for i in 0..3 {
+        let id = crate::history::call_record_id("org_z", &format!("s{i}"));
+        s.begin_record(&call_head("org_z", &id, 1_000 + i, "conn_1"))
+            .await
+            .unwrap();
+    }
+    let page = |limit| Query {
+        limit,
+        ..Query::default()
+    };
+    let all = s
+        .records("org_z", RecordKind::Call, &page(10))
+        .await
+        .unwrap();
+    assert_eq!(all.heads.len(), 3);
+    assert_eq!(all.next, None, "the last page says so");
+    let first = s
+        .records("org_z", RecordKind::Call, &page(2))
+        .await
+        .unwrap();
+    assert_eq!(first.heads.len(), 2);
+    let rest = Query {
+        after: first.next.clone(),
+        ..page(2)
+    };
+    let second = s.records("org_z", RecordKind::Call, &rest).await.unwrap();
+    assert_eq!(second.heads.len(), 1);
+    assert_eq!(second.next, None);
+    assert!(s
+        .records("org_z", RecordKind::File, &page(10))
+        .await
+        .unwrap()
+        .next
+        .is_none());
+}
+
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sled_backend {
@@ -1096,6 +1690,10 @@ on_every_backend!(
     reservations_never_share_a_remainder,
     settling_is_one_step_to_a_reservation,
     a_failed_settlement_gives_nothing_back,
+    a_call_is_recorded_as_it_goes_and_resumes_as_one_record,
+    history_lists_newest_first_with_filters_search_and_pages,
+    erasure_and_retention_leave_nothing_behind,
+    a_last_page_has_no_cursor,
 );
 
 /// An instance that stops beating (it crashed) no longer holds its reservations; one that
@@ -1280,7 +1878,7 @@ async fn a_database_migrated_by_hand_rolled_versions_is_taken_over() {
         .map(|r| r.get(0))
         .collect();
     // The takeover and every version after it.
-    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
 }
 
 #[tokio::test]

@@ -32,6 +32,6 @@ pub mod transcriber;
 pub use outbound::{
     CallEnd, Child, DisconnectReason, Outbound, MEDIA_INFO, QUOTA_INFO, REVOKED_INFO, STOPPING_INFO,
 };
-pub use ports::{CallInfo, CallObserver, IntentClassifier, IntentFuture};
+pub use ports::{CallEnded, CallInfo, CallObserver, FinalLine, IntentClassifier, IntentFuture};
 pub use settings::{CallSettings, Credit, LiveStats};
 pub use supervisor::{CallArgs, CallMsg, CallSupervisor};

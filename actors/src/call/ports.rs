@@ -35,14 +35,53 @@ pub struct CallInfo {
     pub channels: Vec<String>,
     /// The call's language tag, as the client sent it.
     pub language: Option<String>,
+    /// The connector (client id) the call came in through.
+    pub connector: String,
+    /// The AudioHook session the call began with: the first of `continuedSessions` when the
+    /// platform resumes a call, else this session's id (else the call's id).
+    pub first_session: String,
+    /// The calling party's number, as sent.
+    pub ani: String,
+    /// The dialled number, as sent.
+    pub dnis: String,
+    /// Speaker label of each channel, in order.
+    pub labels: Vec<String>,
+}
+
+/// A final transcript, as observers see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinalLine {
+    /// Channel index.
+    pub channel: usize,
+    /// Start on the call timeline, seconds.
+    pub offset: f64,
+    /// Seconds.
+    pub duration: f64,
+    /// 0 to 1.
+    pub confidence: f64,
+    /// The text, as sent to the client.
+    pub text: String,
+}
+
+/// How a call ended, as observers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallEnded {
+    /// Why (the [`crate::call::CallEnd`] in words).
+    pub reason: String,
+    /// Audio served under the call's leases, milliseconds per channel: what was billed.
+    pub billed_ms: u64,
 }
 
 /// Watches calls (the dashboard's live page). Called from the call's actor: be quick.
 pub trait CallObserver: Send + Sync + 'static {
     /// A call opened (probes and refused calls are not reported).
     fn opened(&self, call: &CallInfo);
-    /// A final transcript: channel, start on the call timeline, text.
-    fn transcript(&self, call_id: &str, channel: usize, offset_secs: f64, text: &str);
+    /// A final transcript.
+    fn transcript(&self, call_id: &str, line: &FinalLine);
+    /// An intent update sent on the call.
+    fn intent(&self, call_id: &str, result: &serde_json::Value) {
+        let _ = (call_id, result);
+    }
     /// The call ended.
-    fn ended(&self, call_id: &str);
+    fn ended(&self, call_id: &str, end: &CallEnded);
 }

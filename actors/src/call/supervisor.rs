@@ -27,7 +27,7 @@ use super::deinterleaver::{Deinterleaver, DeinterleaverArgs, DeinterleaverMsg};
 use super::intent::{Intent, IntentArgs, IntentMsg, IntentOutcome};
 pub use super::message::CallMsg;
 use super::outbound::{CallEnd, Child, DisconnectReason, Outbound};
-use super::ports::{CallInfo, CallObserver, IntentClassifier};
+use super::ports::{CallEnded, CallInfo, CallObserver, FinalLine, IntentClassifier};
 use super::settings::{CallSettings, Credit, LiveStats};
 use super::transcriber::{
     ChannelTranscript, Transcriber, TranscriberArgs, TranscriberEvent, TranscriberMsg,
@@ -65,6 +65,9 @@ pub struct CallArgs {
     pub stats: Arc<LiveStats>,
     /// Who watches calls, if anyone.
     pub observer: Option<Arc<dyn CallObserver>>,
+    /// Personal data is redacted from transcripts before they are sent, analysed or observed
+    /// ([`crate::redact`]).
+    pub redact: bool,
 }
 
 /// The supervisor's state.
@@ -176,7 +179,13 @@ impl CallState {
         if self.metered {
             crate::billing::end_call(&self.args.billing, &self.args.call_id).await;
             if let Some(o) = &self.args.observer {
-                o.ended(&self.args.call_id);
+                o.ended(
+                    &self.args.call_id,
+                    &CallEnded {
+                        reason: end.to_string(),
+                        billed_ms: self.served / SAMPLES_PER_MS,
+                    },
+                );
             }
         }
         tracing::info!(call = %self.args.call_id, end = %end, "call ended");
@@ -282,12 +291,25 @@ impl CallState {
             conversation = %request.params.conversation_id, format = %media.entry.format,
             channels = ?media.entry.channels, language = %self.language, "call opened");
         if let Some(o) = &self.args.observer {
+            let first_session = request
+                .params
+                .continued_sessions
+                .first()
+                .map(|s| s.id.clone())
+                .filter(|id| !id.is_empty())
+                .or_else(|| self.session.id().map(str::to_owned))
+                .unwrap_or_else(|| self.args.call_id.clone());
             o.opened(&CallInfo {
                 call_id: self.args.call_id.clone(),
                 org_id: self.args.account.org_id.clone(),
                 conversation_id: request.params.conversation_id.clone(),
                 channels: media.entry.channels.clone(),
                 language: self.language_tag.clone(),
+                connector: self.args.account.key_id.clone(),
+                first_session,
+                ani: request.params.participant.ani.clone(),
+                dnis: request.params.participant.dnis.clone(),
+                labels: self.labels.clone(),
             });
         }
         let opened = self.session.opened(supported);
@@ -612,9 +634,12 @@ impl Actor for CallSupervisor {
                 state.end(&myself, CallEnd::ClientGone).await;
             }
             CallMsg::FrameTooLarge => state.end(&myself, CallEnd::FrameTooLarge).await,
-            CallMsg::Channel(TranscriberEvent::Transcript(t)) => {
+            CallMsg::Channel(TranscriberEvent::Transcript(mut t)) => {
                 if state.session.state() == State::Ended {
                     return Ok(());
+                }
+                if state.args.redact {
+                    crate::redact::redact_transcript(&mut t.transcript);
                 }
                 let channel = t.channel;
                 let label = state.labels.get(channel).cloned().unwrap_or_default();
@@ -622,7 +647,16 @@ impl Actor for CallSupervisor {
                 let text = data.alternatives[0].interpretations[0].transcript.clone();
                 state.to_intent(IntentMsg::Line(at, label.clone(), text.clone()));
                 if let Some(o) = &state.args.observer {
-                    o.transcript(&state.args.call_id, channel, at, &text);
+                    o.transcript(
+                        &state.args.call_id,
+                        &FinalLine {
+                            channel,
+                            offset: data.offset.0,
+                            duration: data.duration.0,
+                            confidence: data.alternatives[0].confidence,
+                            text: text.clone(),
+                        },
+                    );
                 }
                 state.lines.push((at, label, text));
                 state.args.stats.transcripts.fetch_add(1, Ordering::Relaxed);
@@ -644,6 +678,9 @@ impl Actor for CallSupervisor {
             }
             CallMsg::Intent(IntentOutcome(result)) => {
                 if matches!(state.session.state(), State::Active | State::Paused) {
+                    if let (Ok(intent), Some(o)) = (&result, &state.args.observer) {
+                        o.intent(&state.args.call_id, intent);
+                    }
                     let params = match result {
                         Ok(intent) => IntentUpdateParams {
                             intent,

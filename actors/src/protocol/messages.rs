@@ -125,6 +125,17 @@ pub struct OpenParams {
     /// Whether the client wants the language list in `opened`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supported_languages: Option<bool>,
+    /// Earlier sessions of the same call, when the platform resumes it (oldest first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continued_sessions: Vec<ContinuedSession>,
+}
+
+/// An earlier session of a call that `open` continues.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinuedSession {
+    /// Its session id.
+    #[serde(default)]
+    pub id: String,
 }
 
 /// Parameters with nothing in them (`{}`); extra fields are ignored.

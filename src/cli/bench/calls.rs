@@ -133,6 +133,7 @@ pub(super) fn calls(
                     extension: extension.clone(),
                     language: "en".into(),
                     analyses: callstream::files::Analyses::default(),
+                    redact: false,
                 };
                 tokio::spawn(async move {
                     let started = Instant::now();

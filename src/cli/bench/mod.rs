@@ -1,5 +1,5 @@
 //! `callstream bench ...`: performance measurements that need the real engines. One file per
-//! benchmark (`asr`, `files`, `gateway`, `llm`, `calls`); here the command, its dispatch, and
+//! benchmark (`asr`, `files`, `gateway`, `llm`, `calls`, `fairness`, `history`); here the command, its dispatch, and
 //! what they share: the load driver, percentiles, the result table and CPU readings.
 
 mod asr;
@@ -7,6 +7,7 @@ mod calls;
 mod fairness;
 mod files;
 mod gateway;
+mod history;
 mod llm;
 
 use self::asr::asr;
@@ -14,6 +15,7 @@ use self::calls::calls;
 use self::fairness::fairness;
 use self::files::files;
 use self::gateway::gateway;
+use self::history::history;
 use self::llm::llm;
 
 use std::path::PathBuf;
@@ -149,6 +151,28 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3.0)]
         delay: f64,
     },
+    /// Search over the call history at size: fills the configured store (sled in a temporary
+    /// directory, or the configured PostgreSQL: use a scratch database) with calls whose lines
+    /// are turns of the labelled set's dialogues, then times `GET /api/calls` with one word,
+    /// two words, no words and an intent filter.
+    History {
+        /// Calls to store.
+        #[arg(long, default_value_t = 10_000)]
+        calls: usize,
+        /// Transcript lines per call (40 is a call of about four minutes).
+        #[arg(long, default_value_t = 40)]
+        lines: usize,
+        /// Searches of each kind to time.
+        #[arg(long, default_value_t = 300)]
+        searches: usize,
+        /// The labelled set whose dialogues make the lines.
+        #[arg(long, default_value = "fixtures/analysis")]
+        set: PathBuf,
+        /// Also append the table to this Markdown file (docs/benchmarks.md), headed by the
+        /// command, the date and the CPU.
+        #[arg(long)]
+        record: Option<PathBuf>,
+    },
     /// Intent, BANT and NEAT-P analyses with the configured model: intent top-1, status
     /// accuracy and verbatim evidence on a labelled set of calls, then the time of the three
     /// analyses of a long call and of a live call's intent as its transcript grows.
@@ -218,6 +242,13 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             record,
         } => llm(config, runs, context, &concurrency)?.record(record.as_deref()),
         BenchCommand::Fairness { set, delay } => fairness(config, &set, delay),
+        BenchCommand::History {
+            calls,
+            lines,
+            searches,
+            set,
+            record,
+        } => history(config, calls, lines, searches, &set, record.as_deref()),
         BenchCommand::Analysis {
             set,
             text,

@@ -69,6 +69,13 @@ function liveCalls() {
       section.id = "call-" + call.call_id;
       const h = document.createElement("h2");
       h.textContent = "Conversation " + call.conversation_id + " · since " + call.started_at.slice(11, 19) + " UTC";
+      if (call.record_id) {
+        const a = document.createElement("a");
+        a.className = "record-link";
+        a.href = "/dashboard/history/" + encodeURIComponent(call.record_id);
+        a.textContent = "Open call page";
+        h.append(" ", a);
+      }
       const ol = document.createElement("ol");
       ol.setAttribute("aria-label", "Transcript");
       for (const l of call.lines) ol.append(line(call, l));
@@ -122,7 +129,36 @@ function liveCalls() {
   };
 }
 
+// A call page while the call streams: the page is fetched again every few seconds and its
+// conversation, intents and details replaced, until the call has ended.
+function liveRecord() {
+  const root = document.getElementById("record");
+  if (!root || root.dataset.live !== "1") return;
+  const parts = ["record-meta", "conversation", "intents"];
+  async function refresh() {
+    try {
+      const response = await fetch(location.pathname, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const next = new DOMParser().parseFromString(await response.text(), "text/html");
+      for (const id of parts) {
+        const mine = document.getElementById(id);
+        const theirs = next.getElementById(id);
+        if (mine && theirs) mine.replaceWith(document.importNode(theirs, true));
+      }
+      const done = next.getElementById("record");
+      if (done && done.dataset.live !== "1") {
+        root.dataset.live = "0";
+        clearInterval(timer);
+      }
+    } catch (_) {
+      // Try again at the next tick.
+    }
+  }
+  const timer = setInterval(refresh, 3000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   copyButtons();
   liveCalls();
+  liveRecord();
 });

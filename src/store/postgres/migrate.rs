@@ -31,6 +31,7 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../migrations/V4__org_mcp_allow.sql"),
     ),
     ("V5__places", include_str!("../migrations/V5__places.sql")),
+    ("V6__history", include_str!("../migrations/V6__history.sql")),
 ];
 
 /// The migrator over [`FILES`].

@@ -15,6 +15,7 @@
 //! `shared` (sessions, nonces, rate limits, reservations), `instance` (heartbeat, LISTEN,
 //! the queue of writes nobody waits for), `migrate` (the schema).
 
+mod archive;
 mod instance;
 mod ledger;
 pub mod migrate;
@@ -126,11 +127,12 @@ fn decode_event(text: &str) -> Result<UsageEvent, StoreError> {
 }
 
 const ORG_COLUMNS: &str =
-    "id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted, created_at_ms, mcp_allow";
+    "id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, deleted, created_at_ms, mcp_allow, \
+     history";
 const KEY_COLUMNS: &str = "id, org_id, name, hash, last4, created_at_ms, revoked_at_ms";
 /// The lookups of every authenticated request, written out rather than formatted per call.
 const ORG_BY_ID: &str = "SELECT id, name, system_prompt, mcp_url, mcp_headers_sealed, plan, \
-                         deleted, created_at_ms, mcp_allow FROM orgs WHERE id = $1";
+                         deleted, created_at_ms, mcp_allow, history FROM orgs WHERE id = $1";
 const KEY_BY_HASH: &str = "SELECT id, org_id, name, hash, last4, created_at_ms, revoked_at_ms \
                            FROM api_keys WHERE hash = $1";
 const CONNECTOR_COLUMNS: &str =
@@ -239,6 +241,11 @@ impl PgStore {
             deleted: row.get(6),
             created_at_ms: row.get(7),
             mcp_allow: row.get(8),
+            history: match row.get::<_, Option<String>>(9) {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt("history settings".into(), e.to_string()))?,
+                None => Default::default(),
+            },
             id,
         })
     }

@@ -80,11 +80,13 @@ impl Store for PgStore {
 
     async fn insert_org(&self, org: &Org) -> Result<(), StoreError> {
         let (mcp_url, sealed) = self.sealed_headers(org);
+        let history = serde_json::to_string(&org.history)
+            .expect("history settings are plain data and always serialize");
         let conn = self.conn().await?;
         let inserted = exec(
             &conn,
             &format!(
-                "INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                "INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                  ON CONFLICT DO NOTHING"
             ),
             &[
@@ -97,6 +99,7 @@ impl Store for PgStore {
                 &org.deleted,
                 &org.created_at_ms,
                 &org.mcp_allow,
+                &history,
             ],
         )
         .await?;
@@ -111,12 +114,14 @@ impl Store for PgStore {
 
     async fn update_org(&self, org: &Org) -> Result<(), StoreError> {
         let (mcp_url, sealed) = self.sealed_headers(org);
+        let history = serde_json::to_string(&org.history)
+            .expect("history settings are plain data and always serialize");
         let conn = self.conn().await?;
         let updated = exec(
             &conn,
             "UPDATE orgs SET name = $2, system_prompt = $3, mcp_url = $4,
                              mcp_headers_sealed = $5, plan = $6, deleted = $7,
-                             created_at_ms = $8, mcp_allow = $9
+                             created_at_ms = $8, mcp_allow = $9, history = $10
              WHERE id = $1",
             &[
                 &org.id,
@@ -128,6 +133,7 @@ impl Store for PgStore {
                 &org.deleted,
                 &org.created_at_ms,
                 &org.mcp_allow,
+                &history,
             ],
         )
         .await?;

@@ -10,6 +10,7 @@
 //!   call's running total uses a sequence derived from its call id (top bit set, so it never
 //!   meets a generated one) and is written over in place
 //! - `usage_daily`: `org id / YYYY-MM-DD kind-tag` -> total (u64 BE)
+//! - the call history's trees: see [`super::archive`]
 //!
 //! A ledger append and its daily total change in one transaction and are flushed to disk
 //! before `record` returns, so an acknowledged charge is never lost and the totals never drift
@@ -23,6 +24,7 @@ use callstream_actors::usage::{UsageError, UsageEvent, UsageKind};
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
+use super::codec::{backend, decode, encode, org_prefix};
 use crate::clock;
 use crate::store::{
     call_seq, hex_to_hash, ApiKey, Connector, DashboardUser, DayUsage, McpIntegration, Org,
@@ -43,6 +45,8 @@ pub struct Db {
     ledger: sled::Tree,
     usage_daily: sled::Tree,
     secrets: SecretBox,
+    /// The call history ([`super::archive`]).
+    pub(super) archive: super::archive::Trees,
     commits: GroupCommit,
     // A parking_lot Mutex: held while an organisation's keys or connectors are counted and one
     // is added, so two creations at once cannot both pass the cap. One process owns the
@@ -117,6 +121,9 @@ struct OrgRecord {
     #[serde(default)]
     mcp_allow: Vec<String>,
     plan: String,
+    /// Absent from records written before it existed.
+    #[serde(default)]
+    history: crate::store::HistorySettings,
     deleted: bool,
     created_at_ms: i64,
 }
@@ -137,28 +144,8 @@ struct ConnectorRecord {
     secret_sealed: String,
 }
 
-fn backend(e: sled::Error) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
-
 fn b64() -> &'static base64::engine::GeneralPurpose {
     &base64::engine::general_purpose::STANDARD
-}
-
-fn decode<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(what.to_owned(), e.to_string()))
-}
-
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    serde_json::to_vec(value).expect("store records are plain data and always serialize")
-}
-
-/// `org id /` — the prefix of an organisation's ledger and daily keys.
-fn org_prefix(org_id: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(org_id.len() + 1);
-    key.extend_from_slice(org_id.as_bytes());
-    key.push(b'/');
-    key
 }
 
 fn ledger_key(org_id: &str, at_ms: i64, seq: u64) -> Vec<u8> {
@@ -197,6 +184,7 @@ impl Db {
             users: tree("dashboard_users")?,
             ledger: tree("ledger")?,
             usage_daily: tree("usage_daily")?,
+            archive: super::archive::Trees::open(&db)?,
             db,
             secrets,
             commits: GroupCommit::default(),
@@ -219,6 +207,7 @@ impl Db {
             }),
             mcp_allow: org.mcp_allow.clone(),
             plan: org.plan.clone(),
+            history: org.history.clone(),
             deleted: org.deleted,
             created_at_ms: org.created_at_ms,
         }
@@ -246,6 +235,7 @@ impl Db {
             mcp,
             mcp_allow: rec.mcp_allow,
             plan: rec.plan,
+            history: rec.history,
             deleted: rec.deleted,
             created_at_ms: rec.created_at_ms,
         })

@@ -4,6 +4,8 @@
 //! blocking threads, never on an async worker: a request waiting on the disk holds no worker
 //! that others need. The database and its layout are in [`db`].
 
+mod archive;
+mod codec;
 mod db;
 
 use std::path::Path;
@@ -12,6 +14,8 @@ use std::sync::Arc;
 use callstream_actors::usage::{UsageError, UsageEvent, UsageSink};
 
 pub use db::DB_DIR;
+
+use crate::history::{IntentEntry, Line, Page, Query, Record, RecordHead, RecordKind};
 
 use super::{ApiKey, Connector, DashboardUser, DayUsage, Org, SecretBox, Store, StoreError};
 
@@ -182,5 +186,82 @@ impl UsageSink for SledStore {
         tokio::task::spawn_blocking(move || db.checkpoint(&totals))
             .await
             .map_err(|e| UsageError::Store(format!("billing task failed: {e}")))?
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::archive::Archive for SledStore {
+    async fn begin_record(&self, head: &RecordHead) -> Result<(), StoreError> {
+        let head = head.clone();
+        self.blocking(move |db| db.archive.begin(&head)).await
+    }
+
+    async fn add_lines(&self, org_id: &str, id: &str, lines: &[Line]) -> Result<(), StoreError> {
+        let (org_id, id, lines) = (org_id.to_owned(), id.to_owned(), lines.to_vec());
+        self.blocking(move |db| db.archive.add_lines(&org_id, &id, &lines))
+            .await
+    }
+
+    async fn add_intent(
+        &self,
+        org_id: &str,
+        id: &str,
+        entry: &IntentEntry,
+    ) -> Result<(), StoreError> {
+        let (org_id, id, entry) = (org_id.to_owned(), id.to_owned(), entry.clone());
+        self.blocking(move |db| db.archive.add_intent(&org_id, &id, &entry))
+            .await
+    }
+
+    async fn end_record(
+        &self,
+        org_id: &str,
+        id: &str,
+        ended_ms: i64,
+        close_reason: &str,
+        billed_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (org_id, id, reason) = (org_id.to_owned(), id.to_owned(), close_reason.to_owned());
+        self.blocking(move |db| db.archive.end(&org_id, &id, ended_ms, &reason, billed_ms))
+            .await
+    }
+
+    async fn put_record(&self, record: &Record) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.blocking(move |db| db.archive.put(&record)).await
+    }
+
+    async fn load_record(&self, org_id: &str, id: &str) -> Result<Option<Record>, StoreError> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.blocking(move |db| db.archive.record(&org_id, &id))
+            .await
+    }
+
+    async fn records(
+        &self,
+        org_id: &str,
+        kind: RecordKind,
+        query: &Query,
+    ) -> Result<Page, StoreError> {
+        let (org_id, query) = (org_id.to_owned(), query.clone());
+        self.blocking(move |db| db.archive.list(&org_id, kind, &query))
+            .await
+    }
+
+    async fn delete_record(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.blocking(move |db| db.archive.delete(&org_id, &id))
+            .await
+    }
+
+    async fn purge_records(
+        &self,
+        org_id: &str,
+        before_ms: i64,
+        most: usize,
+    ) -> Result<usize, StoreError> {
+        let org_id = org_id.to_owned();
+        self.blocking(move |db| db.archive.purge(&org_id, before_ms, most))
+            .await
     }
 }
