@@ -67,6 +67,27 @@ fn check_quotes(record: &serde_json::Value, criteria: &[&str]) {
     }
 }
 
+/// Each of `fields` of `record` that is identified names in its quotes the amounts and months
+/// its summary claims.
+fn figures_borne(record: &serde_json::Value, fields: &[&str]) {
+    for name in fields {
+        let c = &record[name];
+        if c["status"] != "identified" {
+            continue;
+        }
+        let quotes: Vec<String> = c["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q.as_str().unwrap().to_owned())
+            .collect();
+        assert!(
+            callstream::llm::profiles::claims::bears_out(c["summary"].as_str().unwrap(), &quotes),
+            "{name}: {c}"
+        );
+    }
+}
+
 /// One model per process (llama.cpp's backend is initialised once), so the checks run in one
 /// test, one after the other.
 #[tokio::test]
@@ -444,6 +465,11 @@ async fn intent_bant_and_neat_p_parse_and_quote_verbatim(llm: &EmbeddedLlm) {
             "priority",
         ],
     );
+    // A stated budget, cost or date is borne out by its quotes, whatever the model wrote: the
+    // buyer's sign-off limit (one hundred thousand) never stands alone as the evidence of a
+    // budget of fifty thousand.
+    figures_borne(&bant, &["budget", "timeline"]);
+    figures_borne(&neat, &["economic_impact", "timeline"]);
     // The answers quote the transcript and copy the worked examples' layout: tokens drafted
     // from the prompt were checked, and the model confirmed some (an answer built from drafts
     // that were not its own picks would have failed the checks above).

@@ -21,10 +21,11 @@ use callstream::llm::Provider;
 use callstream::llm::{Generation, Message, Sampling};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::pool::AsrPool;
-use callstream_actors::asr::wer::{correct_words, normalise};
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 use callstream_actors::transcript::{dialogue, speaker_label};
 use serde_json::Value;
+
+use super::labelled::{names_it, quoted_turn, read_calls, supports_claim, Call, Label};
 
 /// Options of `bench analysis`.
 pub struct Options {
@@ -70,112 +71,6 @@ impl From<SetLayout> for Layout {
             SetLayout::Live => LIVE_LAYOUT,
         }
     }
-}
-
-/// One labelled call.
-#[derive(Debug, PartialEq)]
-pub struct Call {
-    /// Its name in calls.txt.
-    pub id: String,
-    intent: String,
-    bant: Vec<Label>,
-    neat_p: Vec<Label>,
-    /// (is the customer, text)
-    pub turns: Vec<(bool, String)>,
-}
-
-/// The expected answer for one BANT or NEAT-P field of a call.
-#[derive(Debug, PartialEq)]
-struct Label {
-    field: String,
-    status: String,
-    /// For a field the call states, the turns (numbered from 1 in the call) that state it:
-    /// `need:identified@3` or `access_to_authority:identified@2+4`. Its quote is right when
-    /// it is the transcription of one of these.
-    turns: Vec<usize>,
-}
-
-fn parse_fields(spec: &str) -> anyhow::Result<Vec<Label>> {
-    spec.split(',')
-        .map(|f| {
-            let (field, rest) = f
-                .split_once(':')
-                .with_context(|| format!("bad field {f:?}"))?;
-            let (status, turns) = rest.split_once('@').unwrap_or((rest, ""));
-            let turns = turns
-                .split('+')
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| l.trim().parse::<usize>())
-                .collect::<Result<Vec<_>, _>>()
-                .with_context(|| format!("bad turn numbers in {f:?}"))?;
-            Ok(Label {
-                field: field.trim().to_owned(),
-                status: status.trim().to_owned(),
-                turns,
-            })
-        })
-        .collect()
-}
-
-/// Least share of a quote's words, in order, that must come from a turn for the quote to be
-/// that turn's (a transcription misses words; a quote may be part of a turn).
-const QUOTE_FROM_TURN: f64 = 0.5;
-
-/// The turn (numbered from 1) a quote comes from: the one holding the largest share of the
-/// quote's words in order, if that share is at least [`QUOTE_FROM_TURN`] and no other turn
-/// holds as much.
-fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
-    let words = normalise(quote);
-    if words.is_empty() {
-        return None;
-    }
-    let shares: Vec<f64> = turns
-        .iter()
-        .map(|(_, said)| correct_words(said, quote) as f64 / words.len() as f64)
-        .collect();
-    let best = shares.iter().copied().fold(0.0, f64::max);
-    let mut at = shares.iter().enumerate().filter(|(_, s)| **s == best);
-    match (at.next(), at.next()) {
-        (Some((i, _)), None) if best >= QUOTE_FROM_TURN => Some(i + 1),
-        _ => None,
-    }
-}
-
-/// The calls of a set's `calls.txt`, in order (call N is recorded in `call-NN.flac`).
-pub fn read_calls(path: &Path) -> anyhow::Result<Vec<Call>> {
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    let mut calls: Vec<Call> = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if let Some(header) = line.strip_prefix("## ") {
-            let mut parts = header.split('|').map(str::trim);
-            let mut call = Call {
-                id: parts.next().unwrap_or_default().to_owned(),
-                intent: String::new(),
-                bant: Vec::new(),
-                neat_p: Vec::new(),
-                turns: Vec::new(),
-            };
-            for part in parts {
-                match part.split_once('=') {
-                    Some(("intent", v)) => call.intent = v.to_owned(),
-                    Some(("bant", v)) => call.bant = parse_fields(v)?,
-                    Some(("neat_p", v)) => call.neat_p = parse_fields(v)?,
-                    _ => anyhow::bail!("line {}: unknown label {part:?}", n + 1),
-                }
-            }
-            anyhow::ensure!(!call.intent.is_empty(), "line {}: no intent", n + 1);
-            calls.push(call);
-        } else if let Some((who, said)) = line
-            .split_once(": ")
-            .filter(|(w, _)| *w == "C" || *w == "A")
-        {
-            let call = calls
-                .last_mut()
-                .with_context(|| format!("line {}: a turn before any call", n + 1))?;
-            call.turns.push((who == "C", said.trim().to_owned()));
-        }
-    }
-    Ok(calls)
 }
 
 /// The transcript of a recording as the file path builds it: utterances in time order, one
@@ -268,6 +163,14 @@ struct Tally {
     /// with a quote from one of those turns; and how many were so labelled.
     identified_own_quote: usize,
     identified_lined: usize,
+    /// By field: of the fields labelled identified with the turns that state them that came
+    /// back identified, how many have evidence that supports the claim (see
+    /// [`supports_claim`]), and how many there were.
+    supported: std::collections::BTreeMap<String, (usize, usize)>,
+    /// Fields labelled with what their summary must name, and of those, the fields whose
+    /// summary names it.
+    named: usize,
+    named_right: usize,
     /// Fields labelled not_found that came back with a status other than not_found.
     invented: usize,
     absent: usize,
@@ -289,6 +192,7 @@ impl Tally {
             field,
             status,
             turns,
+            names,
         } in expected
         {
             let record = analysis.record.to_value();
@@ -305,6 +209,40 @@ impl Tally {
                 let quoted = got["evidence"].as_array().is_some_and(|e| !e.is_empty());
                 if got_status == "identified" && quoted {
                     self.identified_quoted += 1;
+                }
+                if let Some(names) = names {
+                    self.named += 1;
+                    let summary = got["summary"].as_str().unwrap_or_default();
+                    if names_it(summary, names) {
+                        self.named_right += 1;
+                    } else {
+                        println!(
+                            "    {id} {field}: the summary does not name {names}: {summary:?}"
+                        );
+                    }
+                }
+                if got_status == "identified" && !turns.is_empty() {
+                    let evidence: Vec<String> = got["evidence"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|q| q.as_str().map(str::to_owned))
+                        .collect();
+                    let summary = got["summary"].as_str().unwrap_or_default();
+                    let others: Vec<usize> = expected
+                        .iter()
+                        .filter(|l| l.field != *field)
+                        .flat_map(|l| l.turns.iter().copied())
+                        .filter(|t| !turns.contains(t))
+                        .collect();
+                    let row = self.supported.entry(field.clone()).or_default();
+                    row.1 += 1;
+                    match supports_claim(summary, &evidence, turns, &others, &call.turns) {
+                        Ok(()) => row.0 += 1,
+                        Err(why) => println!(
+                            "    {id} {field}: evidence does not support the claim ({why}): {got}"
+                        ),
+                    }
                 }
                 if !turns.is_empty() {
                     self.identified_lined += 1;
@@ -610,10 +548,31 @@ fn quality(
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
+        let (all, right) = t
+            .supported
+            .values()
+            .fold((0, 0), |(a, r), (right, all)| (a + all, r + right));
+        println!(
+            "{name:<6} evidence supports claim {right}/{all} ({:.1}%): {}; summary names the settled figure {}/{}",
+            pct(right, all),
+            t.supported
+                .iter()
+                .map(|(field, (right, all))| format!("{field} {right}/{all}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            t.named_right,
+            t.named
+        );
+    }
+    for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         let c = t.checked;
         println!(
             "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}; a clause likelier on topic than its sentence {}",
             c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause
+        );
+        println!(
+            "{name:<6} figures check  quotes about other figures than the summary's {}; fields given the sentence that names them {}, whose figures the buyer never said {}; dropped quotes moved to the field they are about {}",
+            c.other_figures, c.figures_found, c.figures_unsaid, c.moved
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
@@ -766,9 +725,32 @@ mod tests {
             callstream_actors::package_dir(env!("CARGO_MANIFEST_DIR")).join("fixtures/analysis");
         let calls = read_calls(&dir.join("calls.txt")).unwrap();
         let labels = callstream::llm::profiles::intent_labels();
-        // At least 40 calls over the 14 intents, plus 6 sales calls.
+        // At least 40 calls over the 14 intents, plus 18 sales calls, 6 of them with the
+        // authority and the budget stated side by side (in one turn or the next), and some in
+        // which the customer corrects the figure they settle on.
         let sales: Vec<&Call> = calls.iter().filter(|c| !c.bant.is_empty()).collect();
-        assert_eq!(sales.len(), 6);
+        assert_eq!(sales.len(), 18);
+        let turns_of = |call: &Call, field: &str| -> Vec<usize> {
+            call.bant
+                .iter()
+                .find(|l| l.field == field)
+                .map(|l| l.turns.clone())
+                .unwrap_or_default()
+        };
+        let adjacent = sales
+            .iter()
+            .filter(|c| {
+                let (a, b) = (turns_of(c, "authority"), turns_of(c, "budget"));
+                a.iter().any(|x| b.iter().any(|y| x.abs_diff(*y) <= 1))
+            })
+            .count();
+        assert!(adjacent >= 6, "{adjacent}");
+        let named = sales
+            .iter()
+            .flat_map(|c| c.bant.iter().chain(&c.neat_p))
+            .filter(|l| l.names.is_some())
+            .count();
+        assert!(named >= 3, "{named}");
         assert!(calls.len() - sales.len() >= 40);
         for label in labels {
             assert!(
@@ -814,6 +796,12 @@ mod tests {
                         label.status == "identified",
                         !label.turns.is_empty(),
                         "{} {}",
+                        call.id,
+                        label.field
+                    );
+                    assert!(
+                        label.names.is_none() || label.status == "identified",
+                        "{} {}: only a stated field names a figure",
                         call.id,
                         label.field
                     );
@@ -871,57 +859,6 @@ mod tests {
         for id in ["", "../x", "a/b", ".hidden", "a b"] {
             assert!(kept_transcript(dir.path(), id).is_err(), "{id:?}");
         }
-    }
-
-    #[test]
-    fn a_quote_is_placed_in_the_turn_it_comes_from() {
-        let turns: Vec<(bool, String)> = [
-            "Thanks for calling, how can I help?",
-            "Our shift planning is done in spreadsheets and we lose about twenty thousand dollars a month.",
-            "We've approved forty thousand dollars for this project.",
-            "Okay, thanks.",
-            "Okay, thanks.",
-        ]
-        .iter()
-        .map(|t| (true, (*t).to_owned()))
-        .collect();
-        // Verbatim, a part, and a transcription with misheard words and digits.
-        assert_eq!(
-            quoted_turn(
-                "We've approved forty thousand dollars for this project.",
-                &turns
-            ),
-            Some(3)
-        );
-        assert_eq!(
-            quoted_turn("we lose about twenty thousand dollars", &turns),
-            Some(2)
-        );
-        assert_eq!(
-            quoted_turn(
-                "Our ship's planning is not in French and we lose about $20,000 a month.",
-                &turns
-            ),
-            Some(2)
-        );
-        // Nothing like any turn, or as like two turns: from none.
-        assert_eq!(quoted_turn("The board meets in June.", &turns), None);
-        assert_eq!(quoted_turn("Okay, thanks.", &turns), None);
-        assert_eq!(quoted_turn("", &turns), None);
-    }
-
-    #[test]
-    fn labels_name_the_turns_that_state_a_field() {
-        let labels =
-            parse_fields("need:identified@3, access_to_authority:identified@2+4,timeline:partial")
-                .unwrap();
-        assert_eq!(labels[0].turns, [3]);
-        assert_eq!(labels[1].field, "access_to_authority");
-        assert_eq!(labels[1].turns, [2, 4]);
-        assert_eq!(labels[2].status, "partial");
-        assert!(labels[2].turns.is_empty());
-        assert!(parse_fields("need:identified@three").is_err());
-        assert!(parse_fields("need").is_err());
     }
 
     /// The words that carry a call's content: the WER's normal form without the speaker

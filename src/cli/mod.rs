@@ -4,6 +4,7 @@ pub mod admin;
 pub mod bench;
 pub mod bench_analysis;
 pub mod call;
+pub mod labelled;
 pub mod password;
 pub mod store;
 pub mod transcribe;

@@ -43,7 +43,7 @@ fn chat(org: &str, question: &str, max_tokens: u32) -> Generation {
 
 /// The written dialogues of the labelled set, one after another, until `chars` characters.
 fn dialogue_of(set: &Path, chars: usize, opening: &str) -> anyhow::Result<String> {
-    let calls = super::super::bench_analysis::read_calls(&set.join("calls.txt"))?;
+    let calls = super::super::labelled::read_calls(&set.join("calls.txt"))?;
     let mut out = opening.to_owned();
     'fill: loop {
         for call in &calls {

@@ -52,7 +52,7 @@ pub(super) fn files(
     let (channels, references) = match set {
         None => (crate::cli::bench_analysis::load_audio(audio, repeat)?, None),
         Some(dir) => {
-            let calls = crate::cli::bench_analysis::read_calls(&dir.join("calls.txt"))?;
+            let calls = crate::cli::labelled::read_calls(&dir.join("calls.txt"))?;
             let mut channels: Vec<Vec<f32>> = vec![Vec::new(), Vec::new()];
             let mut references = vec![String::new(), String::new()];
             for (n, call) in calls.iter().enumerate() {

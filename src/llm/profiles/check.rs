@@ -28,6 +28,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::claims;
 use super::record::{Record, Status};
 use super::ProfileKind;
 use crate::llm::{Generation, LlmError, Message, Odds, PointOdds, Provider, Role, Sampling, Usage};
@@ -68,22 +69,29 @@ const CLEAR_ON_TOPIC: f32 = 0.3;
 /// copied summary), while sentences of fields the buyer did speak of got 0.25 or more.
 const DOUBTED_ON_TOPIC: f32 = 0.2;
 
-/// The topics a small model mistakes for each other when it writes a record, in pairs: the
-/// money the buyer has to spend and the money the problem costs them; when the buyer must buy
-/// and how the purchase ranks among their other projects. A budget line was the economic
-/// impact the model invented most often, on the written and the transcribed calls alike, and
-/// a deadline or a ranking stood for the other of the two (docs/benchmarks.md).
-const TWINS: [(&str, &str); 2] = [("budget", "cost"), ("timing", "ranking")];
+/// The topics a small model mistakes for each other when it writes a record, as (the field's
+/// topic, the topic its quote is about instead): the money the buyer has to spend and the
+/// money the problem costs them; when the buyer must buy and how the purchase ranks among
+/// their other projects. A budget line was the economic impact the model invented most often,
+/// on the written and the transcribed calls alike, and a deadline or a ranking stood for the
+/// other of the two (docs/benchmarks.md). A budget is also mistaken for a decision, one way
+/// only: the limit up to which the buyer signs off purchases ("I sign off on purchases up to
+/// 50,000 dollars") stood as the budget, but it says who decides, not what this purchase may
+/// cost; a statement of who decides that carries an amount is still the authority's.
+const TWINS: [(&str, &str); 5] = [
+    ("budget", "cost"),
+    ("cost", "budget"),
+    ("timing", "ranking"),
+    ("ranking", "timing"),
+    ("budget", "decision"),
+];
 
-/// The topic paired with topic `at` in [`TWINS`], if any.
-fn twin(at: usize) -> Option<usize> {
-    let topic = TOPICS[at];
-    let other = TWINS.iter().find_map(|&(a, b)| match topic {
-        t if t == a => Some(b),
-        t if t == b => Some(a),
-        _ => None,
-    })?;
-    TOPICS.iter().position(|t| *t == other)
+/// The topics a quote about topic `at` is mistaken for, by [`TWINS`].
+fn twins(at: usize) -> impl Iterator<Item = usize> {
+    TWINS
+        .iter()
+        .filter(move |(of, _)| *of == TOPICS[at])
+        .filter_map(|(_, other)| TOPICS.iter().position(|t| t == other))
 }
 
 /// Least probability of a topic's twin (likelier than all the others together) at which a
@@ -315,6 +323,15 @@ pub struct Checked {
     /// Times a clause of a quote, sorted alone, was likelier on the field's topic than the
     /// whole quote.
     pub by_clause: usize,
+    /// Quotes dropped as about other figures than their field's summary claims.
+    pub other_figures: usize,
+    /// Fields given the buyer's sentence that names the figures their summary claims.
+    pub figures_found: usize,
+    /// Fields whose summary claims a figure no sentence of the buyer's on the field's topic
+    /// names (identified ones step down to partial).
+    pub figures_unsaid: usize,
+    /// Quotes dropped from one field that back another the record had left `not_found`.
+    pub moved: usize,
     /// Tokens the check spent (also counted in the analysis's usage).
     pub usage: Usage,
 }
@@ -329,6 +346,10 @@ impl std::ops::AddAssign for Checked {
         self.doubted += other.doubted;
         self.doubted_kept += other.doubted_kept;
         self.by_clause += other.by_clause;
+        self.other_figures += other.other_figures;
+        self.figures_found += other.figures_found;
+        self.figures_unsaid += other.figures_unsaid;
+        self.moved += other.moved;
         self.usage += other.usage;
     }
 }
@@ -350,13 +371,15 @@ pub(super) async fn check_findings(
     transcript: &str,
     seller: Option<&str>,
     doubted: &[&str],
-) -> Result<Checked, LlmError> {
+) -> Result<(Checked, Vec<(&'static str, f32)>), LlmError> {
     let mut sorter = Sorter {
         provider,
         sorted: HashMap::new(),
         checked: Checked::default(),
     };
     let mut buyer: Option<Vec<String>> = None;
+    // Quotes dropped from a field, with the field: they may back another.
+    let mut displaced: Vec<(&'static str, String)> = Vec::new();
     for (name, field) in record.criteria_mut() {
         let status = field.status.as_str();
         if field.status == Status::NotFound {
@@ -389,6 +412,7 @@ pub(super) async fn check_findings(
                 best = best.max(p);
             } else {
                 sorter.checked.dropped += 1;
+                displaced.push((name, quote.clone()));
             }
         }
         if kept.is_empty() || best < CLEAR_ON_TOPIC {
@@ -435,7 +459,159 @@ pub(super) async fn check_findings(
         }
         field.evidence = kept;
     }
-    Ok(sorter.checked)
+    let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
+    hold_to_figures(&mut sorter, kind, record, buyer, &mut displaced).await?;
+    let moved = move_displaced(&mut sorter, kind, record, displaced).await?;
+    Ok((sorter.checked, moved))
+}
+
+/// Holds each field's evidence to the figures its summary claims ([`claims::claimed`]:
+/// amounts of money, other amounts of 100 or more, months). On a field of the
+/// [`FIGURE_TOPICS`], a quote about other figures only is dropped (and added to `displaced`):
+/// the buyer's limit for signing off purchases under a summary of their budget. When the
+/// quotes left do not name a claimed figure, the buyer's sentences that do, most first, are
+/// tried as in [`check_findings`] (on the field's topic, not about a twin), and the first that
+/// passes leads the evidence. When none does, nothing the buyer said bears out the claim: an
+/// identified field of those topics steps down to partial, and a field left without quotes is
+/// `not_found`.
+async fn hold_to_figures(
+    sorter: &mut Sorter<'_>,
+    kind: ProfileKind,
+    record: &mut Record,
+    buyer: &[String],
+    displaced: &mut Vec<(&'static str, String)>,
+) -> Result<(), LlmError> {
+    for (name, field) in record.criteria_mut() {
+        let claimed = claims::claimed(&field.summary);
+        if field.status == Status::NotFound || claimed.is_empty() {
+            continue;
+        }
+        let Some(at) = topic(kind, name).and_then(|t| TOPICS.iter().position(|x| *x == t)) else {
+            continue;
+        };
+        let essential = FIGURE_TOPICS.contains(&TOPICS[at]);
+        let (other, mut kept): (Vec<String>, Vec<String>) = std::mem::take(&mut field.evidence)
+            .into_iter()
+            .partition(|q| essential && claims::about_other_figures(q, &claimed));
+        for quote in other {
+            tracing::debug!(?kind, field = %name, quote, summary = %field.summary, "a quote about other figures than its summary's dropped");
+            sorter.checked.other_figures += 1;
+            displaced.push((name, quote));
+        }
+        let said: Vec<claims::Figure> = kept.iter().flat_map(|q| claims::figures(q)).collect();
+        let missing: Vec<claims::Figure> = claimed
+            .into_iter()
+            .filter(|c| !claims::borne(*c, &said))
+            .collect();
+        if !missing.is_empty() {
+            let mut naming: Vec<(usize, usize, &String)> = buyer
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !kept.contains(s))
+                .map(|(i, s)| {
+                    let own = claims::figures(s);
+                    (
+                        missing.iter().filter(|m| claims::borne(**m, &own)).count(),
+                        i,
+                        s,
+                    )
+                })
+                .filter(|(n, ..)| *n > 0)
+                .collect();
+            naming.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut found = false;
+            for (_, _, sentence) in naming.into_iter().take(REPAIR_TRIES) {
+                let p = sorter.odds(sentence).await?[at];
+                let elsewhere = sorter.about_the_twin(sentence, at).await?;
+                tracing::debug!(?kind, field = %name, sentence, p, elsewhere, "a sentence naming the summary's figures sorted");
+                let needed = if essential { ON_TOPIC } else { CLEAR_ON_TOPIC };
+                if p >= needed && !elsewhere {
+                    kept.insert(0, sentence.clone());
+                    kept.truncate(MOST_QUOTES);
+                    sorter.checked.figures_found += 1;
+                    found = true;
+                    break;
+                }
+            }
+            if !found && essential {
+                sorter.checked.figures_unsaid += 1;
+                if field.status == Status::Identified {
+                    field.status = Status::Partial;
+                }
+            }
+        }
+        if kept.is_empty() {
+            field.status = Status::NotFound;
+            field.summary.clear();
+            sorter.checked.cleared += 1;
+        }
+        field.evidence = kept;
+    }
+    Ok(())
+}
+
+/// The topics whose figures are what a field claims: the money the buyer has, the money the
+/// problem costs, the date they must buy by. Elsewhere a figure is incidental ("we print
+/// 40,000 pages a month" in a need): a sentence that names it is added to the evidence only
+/// when it is clearly on the field's topic ([`CLEAR_ON_TOPIC`]), and nothing is dropped or
+/// stepped down for it.
+const FIGURE_TOPICS: [&str; 3] = ["budget", "cost", "timing"];
+
+/// Most quotes a field's evidence holds (the schemas' `maxItems`).
+const MOST_QUOTES: usize = 2;
+
+/// Least probability of a field's topic, for the whole sentence, at which a quote dropped from
+/// another field backs a field the record left `not_found`: likelier than every other topic
+/// together.
+const MOVED_ON_TOPIC: f32 = 0.5;
+
+/// Gives each quote dropped from a field (`displaced`) to the first field of the record that
+/// is `not_found` and whose topic the quote, sorted whole, is clearly about
+/// ([`MOVED_ON_TOPIC`]): the buyer's "I sign off purchases up to 50,000 dollars myself", quoted
+/// for the budget, is the authority's evidence. That field is reported with the quote as its
+/// evidence and its summary. Returns the fields so backed, each with the quote's probability
+/// of its topic (the caller settles their status and confidence).
+async fn move_displaced(
+    sorter: &mut Sorter<'_>,
+    kind: ProfileKind,
+    record: &mut Record,
+    displaced: Vec<(&'static str, String)>,
+) -> Result<Vec<(&'static str, f32)>, LlmError> {
+    let mut moved = Vec::new();
+    for (from, quote) in displaced {
+        for (name, field) in record.criteria_mut() {
+            if name == from || field.status != Status::NotFound {
+                continue;
+            }
+            let Some(at) = topic(kind, name).and_then(|t| TOPICS.iter().position(|x| *x == t))
+            else {
+                continue;
+            };
+            let p = sorter.odds(&quote).await?[at];
+            if p >= MOVED_ON_TOPIC {
+                tracing::debug!(?kind, from, to = %name, quote, p, "a dropped quote moved to the field it is about");
+                field.status = Status::Identified;
+                field.summary = summary_of(&quote);
+                field.evidence = vec![quote];
+                sorter.checked.moved += 1;
+                moved.push((name, p));
+                break;
+            }
+        }
+    }
+    Ok(moved)
+}
+
+/// The summary of a field backed by a moved quote: the quote, cut to a summary's length at a
+/// word.
+fn summary_of(quote: &str) -> String {
+    let most = super::record::SUMMARY_CHARS;
+    if quote.chars().count() <= most {
+        return quote.to_owned();
+    }
+    let cut: String = quote.chars().take(most - 3).collect();
+    let at = cut.rfind(' ').unwrap_or(cut.len());
+    format!("{}...", cut[..at].trim_end())
 }
 
 /// Sorts quotes by topic, each once, counting what it does.
@@ -458,17 +634,14 @@ impl Sorter<'_> {
         Ok(&self.sorted[quote])
     }
 
-    /// Whether `quote` is about the [`twin`] of topic `at` rather than `at`: below
+    /// Whether `quote` is about one of the [`twins`] of topic `at` rather than `at`: below
     /// [`CLEAR_ON_TOPIC`] for it, whole and in each of its [`clauses`], while the twin has at
     /// least [`ELSEWHERE`]. "We need it before June, and it's our top priority this year."
     /// leans to a timing whole; its second clause is clearly a ranking, and the sentence stays
     /// the priority's evidence.
     async fn about_the_twin(&mut self, quote: &str, at: usize) -> Result<bool, LlmError> {
-        let Some(twin) = twin(at) else {
-            return Ok(false);
-        };
         let odds = self.odds(quote).await?;
-        if odds[at] >= CLEAR_ON_TOPIC || odds[twin] < ELSEWHERE {
+        if odds[at] >= CLEAR_ON_TOPIC || !twins(at).any(|twin| odds[twin] >= ELSEWHERE) {
             return Ok(false);
         }
         Ok(self.on_topic(quote, at).await? < CLEAR_ON_TOPIC)
@@ -737,6 +910,164 @@ mod tests {
         );
     }
 
+    const SIGN_OFF: &str =
+        "I'm the operations director, and I sign off on purchases up to 50,000 dollars.";
+    const SET_ASIDE: &str = "We have set aside twenty thousand dollars a year for the tool.";
+    const SOME_MONEY: &str = "There is some money put by for it.";
+    const BUDGET_SUMMARY: &str = "20,000 dollars a year is set aside for the tool.";
+
+    /// A summary's figures are held to its quotes: a quote about another amount is dropped,
+    /// and the buyer's sentence that names the summary's amount takes its place.
+    #[tokio::test]
+    async fn a_quote_about_another_amount_than_its_summary_gives_way_to_the_sentence_that_names_it()
+    {
+        let call = format!(
+            "Agent: Tell me about your firm.\nCustomer: {SIGN_OFF}\nAgent: And the budget?\n\
+             Customer: {SET_ASIDE}"
+        );
+        // The model takes the sign-off limit for a budget, clearly enough to pass the topic
+        // check, and not clearly enough for a decision to move it.
+        let model = Table {
+            topics: vec![(SIGN_OFF, "budget", 0.6), (SET_ASIDE, "budget", 0.9)],
+            also: vec![(SIGN_OFF, "decision", 0.3)],
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let mut record = serde_json::json!({
+            "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF]),
+        });
+        let (checked, moved) = bant(&model, &mut record, &call).await;
+        assert_eq!(
+            record["budget"],
+            field("identified", BUDGET_SUMMARY, &[SET_ASIDE])
+        );
+        assert_eq!(record["authority"]["status"], "not_found");
+        assert!(moved.is_empty());
+        assert_eq!(
+            (
+                checked.other_figures,
+                checked.figures_found,
+                checked.figures_unsaid,
+                checked.moved
+            ),
+            (1, 1, 0, 0)
+        );
+        assert_eq!(model.asked.into_inner(), [SIGN_OFF, SET_ASIDE]);
+    }
+
+    /// A figure nobody said: the field keeps its other evidence, stepped down to partial; left
+    /// without any, it is not found.
+    #[tokio::test]
+    async fn a_summary_whose_amount_the_buyer_never_said_is_no_identified_field() {
+        let call = format!("Customer: {SIGN_OFF}\nCustomer: {SOME_MONEY}");
+        let model = Table {
+            topics: vec![(SIGN_OFF, "budget", 0.6), (SOME_MONEY, "budget", 0.8)],
+            also: vec![(SIGN_OFF, "decision", 0.3)],
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let mut record = serde_json::json!({
+            "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF, SOME_MONEY]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(
+            record["budget"],
+            field("partial", BUDGET_SUMMARY, &[SOME_MONEY])
+        );
+        assert_eq!((checked.other_figures, checked.figures_unsaid), (1, 1));
+
+        let mut record = serde_json::json!({
+            "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["budget"], field("not_found", "", &[]));
+        assert_eq!((checked.figures_unsaid, checked.cleared), (1, 1));
+    }
+
+    /// A quote dropped from one field backs the field it is clearly about, when the record
+    /// left that one not found: the sign-off limit given as the budget is the authority.
+    #[tokio::test]
+    async fn a_sign_off_limit_quoted_for_the_budget_backs_the_authority() {
+        let call = format!("Customer: {SIGN_OFF}\nCustomer: {SET_ASIDE}");
+        let model = Table {
+            topics: vec![(SIGN_OFF, "decision", 0.7), (SET_ASIDE, "budget", 0.9)],
+            also: vec![(SIGN_OFF, "budget", 0.25)],
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let mut record = serde_json::json!({
+            "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF]),
+            "need": field("identified", "A tool.", &[SET_ASIDE]),
+        });
+        let (checked, moved) = bant(&model, &mut record, &call).await;
+        // Below 0.3 for a budget and clearly a decision, whole and in each clause: dropped
+        // from the budget, which gets the sentence its summary speaks of.
+        assert_eq!(
+            record["budget"],
+            field("identified", BUDGET_SUMMARY, &[SET_ASIDE])
+        );
+        // Its confidence is settled below, from the quote's odds.
+        assert_eq!(record["authority"]["status"], "identified");
+        assert_eq!(record["authority"]["summary"], SIGN_OFF);
+        assert_eq!(
+            record["authority"]["evidence"],
+            serde_json::json!([SIGN_OFF])
+        );
+        assert_eq!(moved, [("authority", 0.7)]);
+        assert_eq!(checked.moved, 1);
+        // Not to a field the record reports, nor one it is not clearly about: the need's
+        // budget sentence is dropped and goes nowhere (the budget is reported).
+        assert_eq!(record["need"], field("not_found", "", &[]));
+        // Settled: the quote's probability of its topic is the field's confidence; the
+        // model's odds, where it wrote the status, choose between identified and partial.
+        let mut typed = Record::parse(ProfileKind::Bant, &record.to_string()).unwrap();
+        let odds = vec![PointOdds {
+            at: super::super::odds::status_point("authority"),
+            p: vec![0.1, 0.3, 0.6],
+        }];
+        super::super::odds::settle_moved(&mut typed, &odds, &moved);
+        let authority = &typed.to_value()["authority"];
+        assert_eq!(authority["status"], "partial");
+        assert_eq!(authority["confidence"], 0.7);
+    }
+
+    #[test]
+    fn a_moved_quote_longer_than_a_summary_is_cut_at_a_word() {
+        let long = "word ".repeat(60);
+        let summary = summary_of(long.trim());
+        assert!(summary.chars().count() <= super::super::record::SUMMARY_CHARS);
+        assert!(summary.ends_with("word..."));
+        assert_eq!(summary_of("Short."), "Short.");
+    }
+
+    /// Checks a BANT `record` of `call`, whose agent is the seller, with `model`, as
+    /// [`neat_p`] does.
+    async fn bant(
+        model: &Table,
+        record: &mut Value,
+        call: &str,
+    ) -> (Checked, Vec<(&'static str, f32)>) {
+        let mut full = super::super::no_speech_record(ProfileKind::Bant).to_value();
+        for (name, field) in full.as_object_mut().unwrap() {
+            *field = record.get(name).cloned().unwrap_or_else(
+                || serde_json::json!({"status": "not_found", "summary": "", "evidence": []}),
+            );
+        }
+        let mut typed = Record::parse(ProfileKind::Bant, &full.to_string()).unwrap();
+        let found = check_findings(
+            model,
+            ProfileKind::Bant,
+            &mut typed,
+            call,
+            Some("Agent"),
+            &[],
+        )
+        .await
+        .unwrap();
+        *record = typed.to_value();
+        found
+    }
+
     /// Checks a NEAT-P `record` of `call`, whose agent is the seller, with `model`.
     /// `record` is given as JSON, in part (fields left out are `not_found`), and `doubted`
     /// by position in NEAT-P's field order.
@@ -755,7 +1086,7 @@ mod tests {
             .filter(|(_, d)| **d)
             .map(|(n, _)| n.as_str())
             .collect();
-        let checked = check_findings(
+        let (checked, _) = check_findings(
             model,
             ProfileKind::NeatP,
             &mut typed,
@@ -886,7 +1217,16 @@ mod tests {
             // with the summary (the vans) is a problem: nothing is left of the field.
             assert_eq!(record["economic_impact"], field("not_found", "", &[]));
             assert_eq!(record["access_to_authority"], field("not_found", "", &[]));
-            assert_eq!(record["timeline"], field("not_found", "", &[]));
+            // The deadline dropped from the priority is clearly a timing, and the record left
+            // the timeline not found: it backs the timeline, in its own words.
+            assert_eq!(
+                record["timeline"],
+                field(
+                    "identified",
+                    "We need it before June.",
+                    &["We need it before June."]
+                )
+            );
             // A deadline is no priority; the buyer's sentence the summary speaks of is (the
             // agent's sharing more words does not count).
             assert_eq!(
@@ -911,6 +1251,7 @@ mod tests {
                     repaired: 1,
                     replaced: 0,
                     cleared: 2,
+                    moved: 1,
                     doubted: 0,
                     doubted_kept: 0,
                     by_clause: 0,
@@ -918,7 +1259,8 @@ mod tests {
                         prompt_tokens: 4 * 20,
                         completion_tokens: 4 * 5,
                         total_tokens: 4 * 25
-                    }
+                    },
+                    ..Checked::default()
                 }
             );
         }
@@ -1023,7 +1365,8 @@ mod tests {
                         prompt_tokens: 3 * 20,
                         completion_tokens: 3 * 5,
                         total_tokens: 3 * 25
-                    }
+                    },
+                    ..Checked::default()
                 }
             );
         }

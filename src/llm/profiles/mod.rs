@@ -24,6 +24,7 @@ use super::{LlmError, Provider, Usage};
 
 mod catalogue;
 mod check;
+pub mod claims;
 mod evidence;
 mod fit;
 mod layout;
@@ -99,13 +100,14 @@ pub async fn analyse_checked(
             let quotes = verify_evidence(&mut record, transcript, seller);
             let mut doubted = pushed_past_not_found(&record, &completion.odds);
             doubted.extend(summarised_as_an_example(&record));
-            let checked =
+            let (checked, moved) =
                 check::check_findings(provider, kind, &mut record, transcript, seller, &doubted)
                     .await?;
             completion.usage += checked.usage;
             // After the checks, so that a field they left not_found gets that status's
             // probability.
             weigh_statuses(&mut record, &completion.odds);
+            settle_moved(&mut record, &completion.odds, &moved);
             (quotes, checked)
         }
     };

@@ -130,3 +130,23 @@ pub(super) fn weigh_statuses(record: &mut Record, odds: &[PointOdds]) {
         }
     }
 }
+
+/// Settles the fields of `record` that the evidence check backed with a quote dropped from
+/// another field (`moved`: each field with the quote's probability of the field's topic). The
+/// model did not report them, so its odds do not say how sure it is of them: their confidence
+/// is the quote's probability of the topic. Their status is the likelier of identified and
+/// partial where the model wrote the field's status ("I'd have to ask my partner" is a partial
+/// authority), identified without odds.
+pub(super) fn settle_moved(record: &mut Record, odds: &[PointOdds], moved: &[(&str, f32)]) {
+    for (name, criterion) in record.criteria_mut() {
+        let Some((_, p)) = moved.iter().find(|(m, _)| *m == name) else {
+            continue;
+        };
+        if let Some(statuses) = PointOdds::find(odds, &status_point(name), STATUSES.len()) {
+            if statuses[1] > statuses[0] {
+                criterion.status = Status::Partial;
+            }
+        }
+        criterion.confidence = Some((f64::from(*p).clamp(0.0, 1.0) * 100.0).round() / 100.0);
+    }
+}

@@ -1,0 +1,255 @@
+//! The labelled calls of `callstream bench analysis` (`fixtures/analysis/calls.txt`): what each
+//! call's analyses should find, and how an answer is held to it.
+
+use std::path::Path;
+
+use anyhow::Context;
+use callstream::llm::profiles::claims::{bears_out, figures, Figure};
+use callstream_actors::asr::wer::{correct_words, normalise};
+
+/// One labelled call.
+#[derive(Debug, PartialEq)]
+pub struct Call {
+    /// Its name in calls.txt.
+    pub id: String,
+    /// The expected top-1 intent.
+    pub intent: String,
+    /// The expected BANT record (empty on a call that is no sale).
+    pub bant: Vec<Label>,
+    /// The expected NEAT-P record (empty on a call that is no sale).
+    pub neat_p: Vec<Label>,
+    /// (is the customer, text)
+    pub turns: Vec<(bool, String)>,
+}
+
+/// The expected answer for one BANT or NEAT-P field of a call.
+#[derive(Debug, PartialEq)]
+pub struct Label {
+    /// The field's name in the record.
+    pub field: String,
+    /// identified, partial or not_found.
+    pub status: String,
+    /// For a field the call states, the turns (numbered from 1 in the call) that state it:
+    /// `need:identified@3` or `access_to_authority:identified@2+4`. Its quote is right when
+    /// it is the transcription of one of these.
+    pub turns: Vec<usize>,
+    /// What the field's summary must name, if the label says (`budget:identified@3=6000`,
+    /// `timeline:identified@5=February`): on a call where the customer corrects themselves,
+    /// the amount or date they settled on.
+    pub names: Option<String>,
+}
+
+fn parse_fields(spec: &str) -> anyhow::Result<Vec<Label>> {
+    spec.split(',')
+        .map(|f| {
+            let (field, rest) = f
+                .split_once(':')
+                .with_context(|| format!("bad field {f:?}"))?;
+            let (rest, names) = match rest.split_once('=') {
+                Some((rest, names)) => (rest, Some(names.trim().to_owned())),
+                None => (rest, None),
+            };
+            let (status, turns) = rest.split_once('@').unwrap_or((rest, ""));
+            let turns = turns
+                .split('+')
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.trim().parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("bad turn numbers in {f:?}"))?;
+            Ok(Label {
+                field: field.trim().to_owned(),
+                status: status.trim().to_owned(),
+                turns,
+                names,
+            })
+        })
+        .collect()
+}
+
+/// Least share of a quote's words, in order, that must come from a turn for the quote to be
+/// that turn's (a transcription misses words; a quote may be part of a turn).
+const QUOTE_FROM_TURN: f64 = 0.5;
+
+/// The turn (numbered from 1) a quote comes from: the one holding the largest share of the
+/// quote's words in order, if that share is at least [`QUOTE_FROM_TURN`] and no other turn
+/// holds as much.
+pub fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
+    let words = normalise(quote);
+    if words.is_empty() {
+        return None;
+    }
+    let shares: Vec<f64> = turns
+        .iter()
+        .map(|(_, said)| correct_words(said, quote) as f64 / words.len() as f64)
+        .collect();
+    let best = shares.iter().copied().fold(0.0, f64::max);
+    let mut at = shares.iter().enumerate().filter(|(_, s)| **s == best);
+    match (at.next(), at.next()) {
+        (Some((i, _)), None) if best >= QUOTE_FROM_TURN => Some(i + 1),
+        _ => None,
+    }
+}
+
+/// Whether the evidence of a field identified by the analysis supports its claim, on a call
+/// whose labels say which turns state the field (`turns`) and which state only other fields
+/// (`others`): a quote comes from one of the field's turns, none comes from another field's
+/// only, and the quotes bear out every figure the summary claims (amounts of money, other
+/// amounts of 100 or more, months; [`bears_out`]). Else, why not.
+pub fn supports_claim(
+    summary: &str,
+    evidence: &[String],
+    turns: &[usize],
+    others: &[usize],
+    said: &[(bool, String)],
+) -> Result<(), String> {
+    let from: Vec<Option<usize>> = evidence.iter().map(|q| quoted_turn(q, said)).collect();
+    if !from.iter().flatten().any(|t| turns.contains(t)) {
+        return Err(format!(
+            "no quote from turn {turns:?}, quotes from {from:?}"
+        ));
+    }
+    if let Some(t) = from.iter().flatten().find(|t| others.contains(t)) {
+        return Err(format!("a quote from turn {t}, which states another field"));
+    }
+    if !bears_out(summary, evidence) {
+        return Err("the quotes do not name the summary's figures".into());
+    }
+    Ok(())
+}
+
+/// Whether `summary` names `wanted`: a number (the same amount, however written) or a word.
+pub fn names_it(summary: &str, wanted: &str) -> bool {
+    match wanted.parse::<f64>() {
+        Ok(n) => figures(summary).iter().any(|f| match f {
+            Figure::Money(v) | Figure::Number(v) => (v - n).abs() <= 0.005 * n.abs(),
+            Figure::Month(_) => false,
+        }),
+        Err(_) => normalise(summary).contains(&wanted.to_lowercase()),
+    }
+}
+
+/// The calls of a set's `calls.txt`, in order (call N is recorded in `call-NN.flac`).
+pub fn read_calls(path: &Path) -> anyhow::Result<Vec<Call>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let mut calls: Vec<Call> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(header) = line.strip_prefix("## ") {
+            let mut parts = header.split('|').map(str::trim);
+            let mut call = Call {
+                id: parts.next().unwrap_or_default().to_owned(),
+                intent: String::new(),
+                bant: Vec::new(),
+                neat_p: Vec::new(),
+                turns: Vec::new(),
+            };
+            for part in parts {
+                match part.split_once('=') {
+                    Some(("intent", v)) => call.intent = v.to_owned(),
+                    Some(("bant", v)) => call.bant = parse_fields(v)?,
+                    Some(("neat_p", v)) => call.neat_p = parse_fields(v)?,
+                    _ => anyhow::bail!("line {}: unknown label {part:?}", n + 1),
+                }
+            }
+            anyhow::ensure!(!call.intent.is_empty(), "line {}: no intent", n + 1);
+            calls.push(call);
+        } else if let Some((who, said)) = line
+            .split_once(": ")
+            .filter(|(w, _)| *w == "C" || *w == "A")
+        {
+            let call = calls
+                .last_mut()
+                .with_context(|| format!("line {}: a turn before any call", n + 1))?;
+            call.turns.push((who == "C", said.trim().to_owned()));
+        }
+    }
+    Ok(calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quote_is_placed_in_the_turn_it_comes_from() {
+        let turns: Vec<(bool, String)> = [
+            "Thanks for calling, how can I help?",
+            "Our shift planning is done in spreadsheets and we lose about twenty thousand dollars a month.",
+            "We've approved forty thousand dollars for this project.",
+            "Okay, thanks.",
+            "Okay, thanks.",
+        ]
+        .iter()
+        .map(|t| (true, (*t).to_owned()))
+        .collect();
+        // Verbatim, a part, and a transcription with misheard words and digits.
+        assert_eq!(
+            quoted_turn(
+                "We've approved forty thousand dollars for this project.",
+                &turns
+            ),
+            Some(3)
+        );
+        assert_eq!(
+            quoted_turn("we lose about twenty thousand dollars", &turns),
+            Some(2)
+        );
+        assert_eq!(
+            quoted_turn(
+                "Our ship's planning is not in French and we lose about $20,000 a month.",
+                &turns
+            ),
+            Some(2)
+        );
+        // Nothing like any turn, or as like two turns: from none.
+        assert_eq!(quoted_turn("The board meets in June.", &turns), None);
+        assert_eq!(quoted_turn("Okay, thanks.", &turns), None);
+        assert_eq!(quoted_turn("", &turns), None);
+    }
+
+    #[test]
+    fn evidence_supports_a_claim_from_its_own_turns_with_its_figures() {
+        let said: Vec<(bool, String)> = [
+            "I'm the finance manager, and I sign off purchases up to twenty five thousand pounds.",
+            "Our budget for a payroll system is eight thousand, no, sorry, six thousand pounds a year.",
+            "Payroll is done by hand in spreadsheets.",
+        ]
+        .iter()
+        .map(|t| (true, (*t).to_owned()))
+        .collect();
+        let q = |i: usize| vec![said[i].1.clone()];
+        let budget = "A budget of 6,000 pounds a year.";
+        assert_eq!(supports_claim(budget, &q(1), &[2], &[1, 3], &said), Ok(()));
+        // The authority's sentence under the budget: from another field's turn, and it names
+        // another amount.
+        assert!(supports_claim(budget, &q(0), &[2], &[1, 3], &said).is_err());
+        // From the right turn, but the summary's figure is not in it.
+        assert!(supports_claim("A budget of 9,000 pounds.", &q(1), &[2], &[1, 3], &said).is_err());
+        // No quote.
+        assert!(supports_claim(budget, &[], &[2], &[1, 3], &said).is_err());
+        // The settled figure, against the one taken back.
+        assert!(names_it(budget, "6000"));
+        assert!(!names_it("A budget of 8,000 pounds a year.", "6000"));
+        assert!(names_it("By the end of February.", "February"));
+        assert!(!names_it("By March.", "February"));
+    }
+
+    #[test]
+    fn labels_name_the_turns_that_state_a_field() {
+        let labels =
+            parse_fields("need:identified@3, access_to_authority:identified@2+4,timeline:partial")
+                .unwrap();
+        assert_eq!(labels[0].turns, [3]);
+        assert_eq!(labels[1].field, "access_to_authority");
+        assert_eq!(labels[1].turns, [2, 4]);
+        assert_eq!(labels[2].status, "partial");
+        assert!(labels[2].turns.is_empty());
+        let named =
+            parse_fields("budget:identified@3=6000,timeline:identified@5=February").unwrap();
+        assert_eq!(named[0].turns, [3]);
+        assert_eq!(named[0].names.as_deref(), Some("6000"));
+        assert_eq!(named[1].names.as_deref(), Some("February"));
+        assert_eq!(labels[0].names, None);
+        assert!(parse_fields("need:identified@three").is_err());
+        assert!(parse_fields("need").is_err());
+    }
+}
