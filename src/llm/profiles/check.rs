@@ -1047,38 +1047,39 @@ mod tests {
         record: &mut Value,
         call: &str,
     ) -> (Checked, Vec<(&'static str, f32)>) {
-        let mut full = super::super::no_speech_record(ProfileKind::Bant).to_value();
+        let (typed, checked, moved) =
+            check_given(model, ProfileKind::Bant, record, call, &[]).await;
+        *record = typed.to_value();
+        (checked, moved)
+    }
+
+    /// Checks a `kind` record given as JSON, in part (fields left out are `not_found`), of
+    /// `call`, whose agent is the seller, with `model`.
+    async fn check_given(
+        model: &Table,
+        kind: ProfileKind,
+        record: &Value,
+        call: &str,
+        doubted: &[&str],
+    ) -> (Record, Checked, Vec<(&'static str, f32)>) {
+        let mut full = super::super::no_speech_record(kind).to_value();
         for (name, field) in full.as_object_mut().unwrap() {
             *field = record.get(name).cloned().unwrap_or_else(
                 || serde_json::json!({"status": "not_found", "summary": "", "evidence": []}),
             );
         }
-        let mut typed = Record::parse(ProfileKind::Bant, &full.to_string()).unwrap();
-        let found = check_findings(
-            model,
-            ProfileKind::Bant,
-            &mut typed,
-            call,
-            Some("Agent"),
-            &[],
-        )
-        .await
-        .unwrap();
-        *record = typed.to_value();
-        found
+        let mut typed = Record::parse(kind, &full.to_string()).unwrap();
+        let (checked, moved) =
+            check_findings(model, kind, &mut typed, call, Some("Agent"), doubted)
+                .await
+                .unwrap();
+        (typed, checked, moved)
     }
 
     /// Checks a NEAT-P `record` of `call`, whose agent is the seller, with `model`.
     /// `record` is given as JSON, in part (fields left out are `not_found`), and `doubted`
     /// by position in NEAT-P's field order.
     async fn neat_p(model: &Table, record: &mut Value, call: &str, doubted: &[bool]) -> Checked {
-        let mut full = super::super::no_speech_record(ProfileKind::NeatP).to_value();
-        for (name, field) in full.as_object_mut().unwrap() {
-            *field = record.get(name).cloned().unwrap_or_else(
-                || serde_json::json!({"status": "not_found", "summary": "", "evidence": []}),
-            );
-        }
-        let mut typed = Record::parse(ProfileKind::NeatP, &full.to_string()).unwrap();
         let names = schema_fields(ProfileKind::NeatP);
         let doubted: Vec<&str> = names
             .iter()
@@ -1086,16 +1087,8 @@ mod tests {
             .filter(|(_, d)| **d)
             .map(|(n, _)| n.as_str())
             .collect();
-        let (checked, _) = check_findings(
-            model,
-            ProfileKind::NeatP,
-            &mut typed,
-            call,
-            Some("Agent"),
-            &doubted,
-        )
-        .await
-        .unwrap();
+        let (typed, checked, _) =
+            check_given(model, ProfileKind::NeatP, record, call, &doubted).await;
         let all = typed.to_value();
         for (name, field) in record.as_object_mut().unwrap() {
             *field = all[name.as_str()].clone();
