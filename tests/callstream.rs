@@ -629,12 +629,15 @@ async fn analyze_requests_during_a_run_collapse_into_one_follow_up() {
         json!([{"intent": "other", "confidence": "low"}])
     );
     assert!(fake.seen().is_empty(), "the model was not asked");
-    // Speech (the call's first 12 s, sent at once); once a transcript is back, a burst of
-    // analyze requests while the first run is slow.
+    // Speech (the call's first 12 s, sent at once); once a transcript is back, one analyze
+    // request starts a run, and a burst of five comes while that run is with the model.
+    // (Requests that come before a run has started are answered by that run.)
     for frame in call_pcmu(12.0).chunks(3200) {
         ws.send(Message::binary(frame.to_vec())).await.unwrap();
     }
     while c.recv(&mut ws).await["type"] != "event" {}
+    c.send(&mut ws, "analyze", json!({})).await;
+    fake.until_arrived(1).await;
     for _ in 0..5 {
         c.send(&mut ws, "analyze", json!({})).await;
     }

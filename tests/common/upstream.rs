@@ -5,6 +5,7 @@
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,6 +74,8 @@ pub struct FakeUpstream {
     script: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     delay: Arc<Mutex<Duration>>,
+    /// Requests received, counted on arrival (before the delay).
+    arrived: Arc<AtomicUsize>,
 }
 
 fn chunk(v: Value) -> String {
@@ -128,7 +131,9 @@ impl FakeUpstream {
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let default = Arc::new(Mutex::new(Reply::Text(vec!["ok"], (5, 1))));
         let delay: Arc<Mutex<Duration>> = Arc::default();
+        let arrived: Arc<AtomicUsize> = Arc::default();
         let (s, r, d, w) = (script.clone(), seen.clone(), default.clone(), delay.clone());
+        let a = arrived.clone();
         let route = warp::path!("v1" / "chat" / "completions")
             .and(warp::post())
             .and(warp::header::optional::<String>("authorization"))
@@ -136,6 +141,7 @@ impl FakeUpstream {
             .then(move |authorization: Option<String>, body: Value| {
                 let (script, seen, default) = (s.clone(), r.clone(), d.clone());
                 let wait = *w.lock();
+                a.fetch_add(1, Ordering::SeqCst);
                 async move {
                     tokio::time::sleep(wait).await;
                     let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
@@ -202,6 +208,25 @@ impl FakeUpstream {
             script,
             seen,
             delay,
+            arrived,
+        }
+    }
+
+    /// How many requests have arrived, including those still waiting out the delay.
+    pub fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::SeqCst)
+    }
+
+    /// Waits (up to 20 s) until `n` requests have arrived.
+    pub async fn until_arrived(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while self.arrived() < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} requests within 20 s (arrived: {})",
+                self.arrived()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
