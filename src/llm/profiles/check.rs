@@ -195,6 +195,11 @@ fn closest<'a>(summary: &str, topic: &str, sentences: &'a [String]) -> Vec<&'a s
     scored.into_iter().map(|(.., s)| s).collect()
 }
 
+/// The position in [`TOPICS`] of the [`topic`] of a field.
+fn topic_at(kind: ProfileKind, field: &str) -> Option<usize> {
+    topic(kind, field).and_then(|t| TOPICS.iter().position(|x| *x == t))
+}
+
 /// The topic of `field` of a `kind` record.
 fn topic(kind: ProfileKind, field: &str) -> Option<&'static str> {
     Some(match (kind, field) {
@@ -486,7 +491,7 @@ async fn hold_to_figures(
         if field.status == Status::NotFound || claimed.is_empty() {
             continue;
         }
-        let Some(at) = topic(kind, name).and_then(|t| TOPICS.iter().position(|x| *x == t)) else {
+        let Some(at) = topic_at(kind, name) else {
             continue;
         };
         let essential = FIGURE_TOPICS.contains(&TOPICS[at]);
@@ -522,10 +527,11 @@ async fn hold_to_figures(
             let mut found = false;
             for (_, _, sentence) in naming.into_iter().take(REPAIR_TRIES) {
                 let p = sorter.odds(sentence).await?[at];
-                let elsewhere = sorter.about_the_twin(sentence, at).await?;
-                tracing::debug!(?kind, field = %name, sentence, p, elsewhere, "a sentence naming the summary's figures sorted");
                 let needed = if essential { ON_TOPIC } else { CLEAR_ON_TOPIC };
-                if p >= needed && !elsewhere {
+                // The twin check may sort the sentence's clauses: only for one on topic.
+                let fits = p >= needed && !sorter.about_the_twin(sentence, at).await?;
+                tracing::debug!(?kind, field = %name, sentence, p, fits, "a sentence naming the summary's figures sorted");
+                if fits {
                     kept.insert(0, sentence.clone());
                     kept.truncate(MOST_QUOTES);
                     sorter.checked.figures_found += 1;
@@ -583,8 +589,7 @@ async fn move_displaced(
             if name == from || field.status != Status::NotFound {
                 continue;
             }
-            let Some(at) = topic(kind, name).and_then(|t| TOPICS.iter().position(|x| *x == t))
-            else {
+            let Some(at) = topic_at(kind, name) else {
                 continue;
             };
             let p = sorter.odds(&quote).await?[at];
