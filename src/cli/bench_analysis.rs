@@ -571,8 +571,8 @@ fn quality(
             c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause
         );
         println!(
-            "{name:<6} figures check  quotes about other figures than the summary's {}; fields given the sentence that names them {}, whose figures the buyer never said {}; dropped quotes moved to the field they are about {}",
-            c.other_figures, c.figures_found, c.figures_unsaid, c.moved
+            "{name:<6} figures check  quotes about other figures than the summary's {}; fields given the sentence that names them {}, whose figures the buyer never said {}; dropped quotes moved to the field they are about {}; summaries' corrected figures restated {}",
+            c.other_figures, c.figures_found, c.figures_unsaid, c.moved, c.restated
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {

@@ -136,6 +136,10 @@ fn clauses(quote: &str) -> Vec<&str> {
 /// Fewest words a sentence must share with a field's summary to be tried as its evidence.
 const MIN_SHARED: usize = 1;
 
+/// Fewest words a sentence must share with a field's summary to replace quotes that share
+/// none with it.
+const SUMMARISED: usize = 3;
+
 /// Words too common to tell what a sentence is about.
 const COMMON: [&str; 40] = [
     "the", "and", "for", "are", "but", "not", "you", "our", "was", "has", "its", "can", "any",
@@ -315,8 +319,8 @@ pub struct Checked {
     pub dropped: usize,
     /// Fields whose quotes were all dropped and that got a sentence closer to their summary.
     pub repaired: usize,
-    /// Fields whose quotes were all weak and that got a sentence closer to their summary
-    /// clearly on their topic in their place.
+    /// Fields whose quotes were all weak, or shared no word with their summary, and that got a
+    /// sentence closer to their summary clearly on their topic in their place.
     pub replaced: usize,
     /// Fields left without evidence, so `not_found`.
     pub cleared: usize,
@@ -337,6 +341,8 @@ pub struct Checked {
     pub figures_unsaid: usize,
     /// Quotes dropped from one field that back another the record had left `not_found`.
     pub moved: usize,
+    /// Summaries that gave a figure the buyer took back, given the one they settled on.
+    pub restated: usize,
     /// Tokens the check spent (also counted in the analysis's usage).
     pub usage: Usage,
 }
@@ -355,6 +361,7 @@ impl std::ops::AddAssign for Checked {
         self.figures_found += other.figures_found;
         self.figures_unsaid += other.figures_unsaid;
         self.moved += other.moved;
+        self.restated += other.restated;
         self.usage += other.usage;
     }
 }
@@ -420,19 +427,29 @@ pub(super) async fn check_findings(
                 displaced.push((name, quote.clone()));
             }
         }
-        if kept.is_empty() || best < CLEAR_ON_TOPIC {
-            // No quote, or only weak ones: a sentence the summary speaks of, if on the topic
-            // (clearly so in place of a weak quote).
+        let summary = field.summary.as_str();
+        let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
+        // Quotes that share no word with the summary, which speaks of another sentence: "Holiday
+        // requests are still on paper forms." over "My boss asked me to collect a few options".
+        let summarised = content_words(summary);
+        let shared = |s: &str| content_words(s).intersection(&summarised).count();
+        let unrelated = !kept.is_empty()
+            && kept.iter().all(|q| shared(q) == 0)
+            && buyer
+                .iter()
+                .any(|s| !given.contains(s) && shared(s) >= SUMMARISED);
+        if kept.is_empty() || best < CLEAR_ON_TOPIC || unrelated {
+            // No quote, only weak ones, or ones the summary does not speak of: a sentence the
+            // summary speaks of, if on the topic (clearly so in place of a quote).
             let needed = if kept.is_empty() {
                 least
             } else {
                 CLEAR_ON_TOPIC
             };
-            let summary = field.summary.as_str();
-            let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
             let tries = closest(summary, wanted, buyer)
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
+                .filter(|s| !unrelated || shared(s) >= SUMMARISED)
                 .take(tries);
             for quote in tries {
                 // Whether the field is kept rests on whole sentences; which sentence backs a
@@ -471,14 +488,16 @@ pub(super) async fn check_findings(
 }
 
 /// Holds each field's evidence to the figures its summary claims ([`claims::claimed`]:
-/// amounts of money, other amounts of 100 or more, months). On a field of the
+/// amounts of money, other amounts of 100 or more, months). A summary that gives a figure
+/// the buyer took back in its quotes ("eight thousand, no, sorry, six thousand") first gives
+/// the one they settled on ([`claims::restate`]). On a field of the
 /// [`FIGURE_TOPICS`], a quote about other figures only is dropped (and added to `displaced`):
 /// the buyer's limit for signing off purchases under a summary of their budget. When the
 /// quotes left do not name a claimed figure, the buyer's sentences that do, most first, are
 /// tried as in [`check_findings`] (on the field's topic, not about a twin), and the first that
 /// passes leads the evidence. When none does, nothing the buyer said bears out the claim: an
-/// identified field of those topics steps down to partial, and a field left without quotes is
-/// `not_found`.
+/// identified field of those topics steps down to partial, a partial one is `not_found` (its
+/// quotes displaced), and so is a field left without quotes.
 async fn hold_to_figures(
     sorter: &mut Sorter<'_>,
     kind: ProfileKind,
@@ -487,8 +506,17 @@ async fn hold_to_figures(
     displaced: &mut Vec<(&'static str, String)>,
 ) -> Result<(), LlmError> {
     for (name, field) in record.criteria_mut() {
+        if field.status == Status::NotFound {
+            continue;
+        }
+        // A summary that gives the figure the buyer took back gives the one they settled on.
+        if let Some(restated) = claims::restate(&field.summary, &field.evidence) {
+            tracing::debug!(?kind, field = %name, summary = %field.summary, %restated, "a summary's figure the buyer corrected restated");
+            sorter.checked.restated += 1;
+            field.summary = restated;
+        }
         let claimed = claims::claimed(&field.summary);
-        if field.status == Status::NotFound || claimed.is_empty() {
+        if claimed.is_empty() {
             continue;
         }
         let Some(at) = topic_at(kind, name) else {
@@ -503,7 +531,7 @@ async fn hold_to_figures(
             sorter.checked.other_figures += 1;
             displaced.push((name, quote));
         }
-        let said: Vec<claims::Figure> = kept.iter().flat_map(|q| claims::figures(q)).collect();
+        let said: Vec<claims::Figure> = kept.iter().flat_map(|q| claims::settled(q)).collect();
         let missing: Vec<claims::Figure> = claimed
             .into_iter()
             .filter(|c| !claims::borne(*c, &said))
@@ -514,7 +542,7 @@ async fn hold_to_figures(
                 .enumerate()
                 .filter(|(_, s)| !kept.contains(s))
                 .map(|(i, s)| {
-                    let own = claims::figures(s);
+                    let own = claims::settled(s);
                     (
                         missing.iter().filter(|m| claims::borne(**m, &own)).count(),
                         i,
@@ -543,6 +571,12 @@ async fn hold_to_figures(
                 sorter.checked.figures_unsaid += 1;
                 if field.status == Status::Identified {
                     field.status = Status::Partial;
+                } else {
+                    // Only hinted at, and the one figure it claims nobody said: nothing of
+                    // it holds. Its quotes may back another field.
+                    for quote in kept.drain(..) {
+                        displaced.push((name, quote));
+                    }
                 }
             }
         }
@@ -782,6 +816,38 @@ mod tests {
         );
     }
 
+    /// A quote that shares no word with its summary, on a call where another sentence shares
+    /// several: the summary speaks of that sentence, which takes the quote's place when it is
+    /// clearly on the field's topic; a summary of its own words keeps its quote.
+    #[tokio::test]
+    async fn a_quote_the_summary_does_not_speak_of_gives_way_to_the_sentence_it_does() {
+        const PAPER: &str =
+            "Hi, I work in the HR team of a retail company, and our holiday requests are still on paper forms.";
+        const BOSS: &str =
+            "My boss asked me to collect a few options, but I don't know who will make the final call.";
+        let call = format!("Agent: Thanks for calling.\nCustomer: {PAPER}\nCustomer: {BOSS}");
+        for (summary, kept) in [
+            ("Holiday requests are still on paper forms.", PAPER),
+            ("The team wants a better way of working.", BOSS),
+        ] {
+            let model = Table {
+                topics: vec![(BOSS, "problem", 0.8), (PAPER, "problem", 0.9)],
+                also: Vec::new(),
+                odds: true,
+                asked: Mutex::new(Vec::new()),
+            };
+            let mut record = serde_json::json!({
+                "need": field("identified", summary, &[BOSS]),
+            });
+            bant(&model, &mut record, &call).await;
+            assert_eq!(
+                record["need"],
+                field("identified", summary, &[kept]),
+                "{summary}"
+            );
+        }
+    }
+
     /// A sentence that states a problem and its cost is sorted as a cost. In place of a weak
     /// quote, its first clause, sorted alone, is the problem, and the need takes the sentence;
     /// as the model's own quote it is dropped all the same, clauses never keeping a field.
@@ -961,7 +1027,7 @@ mod tests {
     }
 
     /// A figure nobody said: the field keeps its other evidence, stepped down to partial; left
-    /// without any, it is not found.
+    /// without any, or only partial to begin with, it is not found.
     #[tokio::test]
     async fn a_summary_whose_amount_the_buyer_never_said_is_no_identified_field() {
         let call = format!("Customer: {SIGN_OFF}\nCustomer: {SOME_MONEY}");
@@ -983,6 +1049,14 @@ mod tests {
 
         let mut record = serde_json::json!({
             "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["budget"], field("not_found", "", &[]));
+        assert_eq!((checked.figures_unsaid, checked.cleared), (1, 1));
+
+        // A field only hinted at whose figure nobody said is not found, whatever its quotes.
+        let mut record = serde_json::json!({
+            "budget": field("partial", BUDGET_SUMMARY, &[SOME_MONEY]),
         });
         let (checked, _) = bant(&model, &mut record, &call).await;
         assert_eq!(record["budget"], field("not_found", "", &[]));

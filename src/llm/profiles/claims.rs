@@ -163,12 +163,78 @@ fn digits(word: &str) -> Option<Word> {
 
 /// The figures `text` names, in order: numbers however written (digits, words, ordinals,
 /// ranges such as "ten to fifteen thousand", which give 10,000 too), as money when a currency
-/// sign or word is next to them, and months written with a capital letter.
+/// sign or word is next to them, and months written with a capital letter. A figure the
+/// speaker took back ("eight thousand, no, sorry, six thousand") is among them; [`settled`]
+/// leaves it out.
 pub fn figures(text: &str) -> Vec<Figure> {
-    let words: Vec<(Word, bool, bool, String)> = text
-        .split(|c: char| c.is_whitespace() || c == '-' || c == '–')
-        .filter(|w| !w.is_empty())
-        .map(|raw| {
+    placed(text).into_iter().map(|p| p.figure).collect()
+}
+
+/// The figures `text` names ([`figures`]) but those the speaker took back: the figure a
+/// self-correction replaces.
+pub fn settled(text: &str) -> Vec<Figure> {
+    placed(text)
+        .into_iter()
+        .filter(|p| !p.retracted)
+        .map(|p| p.figure)
+        .collect()
+}
+
+/// A figure of a text, with where it is written.
+#[derive(Debug, Clone, PartialEq)]
+struct Placed {
+    figure: Figure,
+    /// The bytes of the words that write it (a leading currency sign included).
+    at: std::ops::Range<usize>,
+    /// Taken back by a self-correction: the figure after it replaces it.
+    retracted: bool,
+}
+
+/// One piece of a text between spaces and hyphens: where its letters, digits and leading
+/// currency sign are, and the piece itself.
+struct Piece<'a> {
+    core: std::ops::Range<usize>,
+    raw: &'a str,
+}
+
+fn pieces(text: &str) -> Vec<Piece<'_>> {
+    let mut out = Vec::new();
+    let mut start = None;
+    let split = |c: char| c.is_whitespace() || c == '-' || c == '–';
+    for (i, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), ' ')))
+    {
+        match (start, split(c)) {
+            (None, false) => start = Some(i),
+            (Some(s), true) => {
+                let raw = &text[s..i];
+                let lead = raw
+                    .find(|c: char| c.is_alphanumeric() || CURRENCY_SIGNS.contains(&c))
+                    .unwrap_or(raw.len());
+                let tail = raw.rfind(|c: char| c.is_alphanumeric()).map_or(lead, |j| {
+                    j + raw[j..].chars().next().map_or(1, char::len_utf8)
+                });
+                out.push(Piece {
+                    core: s + lead..s + tail.max(lead),
+                    raw,
+                });
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The figures of `text` ([`figures`]), each with where it is written and whether it was
+/// taken back.
+fn placed(text: &str) -> Vec<Placed> {
+    let pieces = pieces(text);
+    let words: Vec<(Word, bool, bool, String)> = pieces
+        .iter()
+        .map(|piece| {
+            let raw = piece.raw;
             let (word, signed, ends) = read(raw);
             let lower = raw
                 .trim_matches(|c: char| !c.is_alphanumeric())
@@ -178,6 +244,7 @@ pub fn figures(text: &str) -> Vec<Figure> {
         .collect();
     let mut reader = Reader::default();
     for (i, (word, signed, ends, lower)) in words.iter().enumerate() {
+        reader.at = pieces[i].core.clone();
         let next = words.get(i + 1).map(|w| w.0);
         // A currency word after a number ("forty thousand dollars") marks it.
         let currency_next = words
@@ -222,6 +289,7 @@ pub fn figures(text: &str) -> Vec<Figure> {
             Word::Hundred => {
                 if reader.active {
                     reader.group = reader.group.max(1.0) * 100.0;
+                    reader.end = reader.at.end;
                 } else {
                     reader.start(100.0);
                 }
@@ -234,6 +302,10 @@ pub fn figures(text: &str) -> Vec<Figure> {
                 };
                 reader.total += group * scale;
                 reader.group = 0.0;
+                if !reader.active {
+                    reader.begun = reader.at.start;
+                }
+                reader.end = reader.at.end;
                 reader.active = true;
                 reader.scale = reader.scale.max(scale);
             }
@@ -245,7 +317,11 @@ pub fn figures(text: &str) -> Vec<Figure> {
             }
             Word::Month(m) => {
                 reader.flush();
-                reader.out.push(Figure::Month(m));
+                reader.out.push(Placed {
+                    figure: Figure::Month(m),
+                    at: reader.at.clone(),
+                    retracted: false,
+                });
             }
             Word::Other => {
                 if lower == "and"
@@ -285,13 +361,186 @@ pub fn figures(text: &str) -> Vec<Figure> {
         }
     }
     reader.flush();
-    reader.out
+    let mut out = reader.out;
+    for k in 1..out.len() {
+        let (before, after) = (&out[k - 1], &out[k]);
+        let kinds_match =
+            matches!(before.figure, Figure::Month(_)) == matches!(after.figure, Figure::Month(_));
+        if kinds_match && corrects(&pieces, before.at.end, after.at.start) {
+            out[k - 1].retracted = true;
+        }
+    }
+    out
+}
+
+/// Most words between a figure and the one that corrects it ("nine thousand dollars a month,
+/// no, I tell a lie, nineteen thousand").
+const CORRECTION_SPAN: usize = 8;
+
+/// Whether the words between bytes `from` and `to` of the text of `pieces` (from the end of
+/// one figure to the start of the next) take the first figure back: a few words with a
+/// self-correction among them ("no," "sorry", "wait", "I mean", "actually", "or rather", "I
+/// tell a lie", "make that", "scratch that").
+fn corrects(pieces: &[Piece<'_>], from: usize, to: usize) -> bool {
+    let between: Vec<usize> = (0..pieces.len())
+        .filter(|&i| pieces[i].core.start >= from && pieces[i].core.end <= to)
+        .filter(|&i| !pieces[i].core.is_empty())
+        .collect();
+    if between.is_empty() || between.len() > CORRECTION_SPAN {
+        return false;
+    }
+    let word = |i: usize| {
+        pieces[i]
+            .raw
+            .trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase()
+    };
+    let pause = |i: usize| {
+        pieces[i]
+            .raw
+            .trim_end_matches(['"', '\'', ')', '”', '’'])
+            .ends_with([',', '.', ';', ':', '!', '?', '…'])
+    };
+    between.iter().any(|&i| {
+        let before = i.checked_sub(1).map(word).unwrap_or_default();
+        let after = pieces.get(i + 1).map(|_| word(i + 1)).unwrap_or_default();
+        match word(i).as_str() {
+            // "no" alone between pauses, not "no more than".
+            "no" | "nope" => pause(i) || i.checked_sub(1).is_some_and(pause),
+            "sorry" | "wait" | "actually" | "correction" | "oops" => true,
+            "rather" => before == "or",
+            "mean" => before == "i",
+            "lie" => before == "a",
+            "make" | "scratch" => after == "that",
+            _ => false,
+        }
+    })
+}
+
+/// The same figure: the same month, or the same amount within rounding.
+fn exact(a: Figure, b: Figure) -> bool {
+    match (a, b) {
+        (Figure::Month(a), Figure::Month(b)) => a == b,
+        (Figure::Money(a) | Figure::Number(a), Figure::Money(b) | Figure::Number(b)) => same(a, b),
+        _ => false,
+    }
+}
+
+/// `summary` with each figure its `quotes` took back ("eight thousand, no, sorry, six
+/// thousand pounds") written as the figure that replaced it, in the summary's own style
+/// (digits, with its currency sign, or the quote's words); `None` when it names none. A
+/// figure the quotes also state as settled stays.
+pub fn restate(summary: &str, quotes: &[String]) -> Option<String> {
+    // (what was taken back, what replaced it, the words of the quote that write it)
+    let mut corrections: Vec<(Figure, Figure, &str)> = Vec::new();
+    let mut stated: Vec<Figure> = Vec::new();
+    for quote in quotes {
+        let placed = placed(quote);
+        for (k, p) in placed.iter().enumerate() {
+            if !p.retracted {
+                stated.push(p.figure);
+            } else if let Some(next) = placed.get(k + 1) {
+                corrections.push((p.figure, next.figure, &quote[next.at.clone()]));
+            }
+        }
+    }
+    if corrections.is_empty() {
+        return None;
+    }
+    let mut out = summary.to_owned();
+    let mut changed = false;
+    let own = placed(summary);
+    // From the end, so that the earlier ranges still hold.
+    for p in own.iter().rev() {
+        if p.retracted || stated.iter().any(|s| exact(*s, p.figure)) {
+            continue;
+        }
+        let Some(&(_, with, words)) = corrections.iter().find(|c| exact(c.0, p.figure)) else {
+            continue;
+        };
+        if own.iter().any(|o| exact(o.figure, with)) {
+            // Both named ("March or February"): the one taken back goes, with its joining word.
+            if let Some(gone) = joined(summary, p.at.clone()) {
+                out.replace_range(gone, "");
+                changed = true;
+                continue;
+            }
+        }
+        let old = &summary[p.at.clone()];
+        let new = match with {
+            Figure::Month(m) => {
+                let name = MONTHS[usize::from(m) - 1];
+                name[..1].to_uppercase() + &name[1..]
+            }
+            Figure::Money(n) | Figure::Number(n)
+                if old.starts_with(|c: char| c.is_ascii_digit() || CURRENCY_SIGNS.contains(&c)) =>
+            {
+                let sign: String = old
+                    .chars()
+                    .take_while(|c| CURRENCY_SIGNS.contains(c))
+                    .collect();
+                sign + &written(n)
+            }
+            _ => words.to_owned(),
+        };
+        let new = if old.starts_with(char::is_uppercase) {
+            let mut chars = new.chars();
+            chars
+                .next()
+                .map_or(String::new(), |c| c.to_uppercase().chain(chars).collect())
+        } else {
+            new
+        };
+        out.replace_range(p.at.clone(), &new);
+        changed = true;
+    }
+    changed.then_some(out)
+}
+
+/// The bytes of `summary` to take out with the figure at `at` when it names another: the
+/// figure and the word that joins it to the next ("March or February") or to the one before
+/// ("February or March"); `None` when no such word is next to it.
+fn joined(summary: &str, at: std::ops::Range<usize>) -> Option<std::ops::Range<usize>> {
+    const JOINS: [&str; 3] = [" or ", " and ", ", "];
+    let after = &summary[at.end..];
+    if let Some(join) = JOINS.iter().find(|j| after.starts_with(**j)) {
+        return Some(at.start..at.end + join.len());
+    }
+    let before = &summary[..at.start];
+    JOINS
+        .iter()
+        .find(|j| before.ends_with(**j))
+        .map(|j| at.start - j.len()..at.end)
+}
+
+/// An amount in digits, its thousands grouped: "6,000", "1,500.5".
+fn written(n: f64) -> String {
+    let whole = n.trunc() as u64;
+    let digits = whole.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let cents = ((n - n.trunc()) * 100.0).round() as u64;
+    if cents > 0 {
+        grouped + format!(".{cents:02}").trim_end_matches('0')
+    } else {
+        grouped
+    }
 }
 
 /// The number being read by [`figures`].
 #[derive(Default)]
 struct Reader {
-    out: Vec<Figure>,
+    out: Vec<Placed>,
+    /// The bytes of the word being read.
+    at: std::ops::Range<usize>,
+    /// Where the number being read starts and ends.
+    begun: usize,
+    end: usize,
     total: f64,
     group: f64,
     active: bool,
@@ -305,13 +554,29 @@ struct Reader {
 
 impl Reader {
     fn start(&mut self, value: f64) {
+        if !self.active {
+            self.begun = self.at.start;
+        }
+        self.end = self.at.end;
         self.active = true;
         self.group = value;
     }
 
     fn add(&mut self, value: f64) {
+        if !self.active {
+            self.begun = self.at.start;
+        }
+        self.end = self.at.end;
         self.active = true;
         self.group += value;
+    }
+
+    fn push(&mut self, figure: Figure) {
+        self.out.push(Placed {
+            figure,
+            at: self.begun..self.end.max(self.begun),
+            retracted: false,
+        });
     }
 
     /// The number so far: value, money, scale.
@@ -325,14 +590,14 @@ impl Reader {
             if let Some((low, low_money, low_scale)) = self.range_from.take() {
                 if scale > 1.0 && low_scale < scale && low < 1000.0 && low * scale < value {
                     let figure = low * scale;
-                    self.out.push(if money || low_money {
+                    self.push(if money || low_money {
                         Figure::Money(figure)
                     } else {
                         Figure::Number(figure)
                     });
                 }
             }
-            self.out.push(if money {
+            self.push(if money {
                 Figure::Money(value)
             } else {
                 Figure::Number(value)
@@ -354,9 +619,9 @@ impl Reader {
 const LEAST_CLAIMED: f64 = 100.0;
 
 /// The figures of `summary` it must be held to: amounts of money, other numbers of
-/// [`LEAST_CLAIMED`] or more, and months.
+/// [`LEAST_CLAIMED`] or more, and months, none it takes back ([`settled`]).
 pub fn claimed(summary: &str) -> Vec<Figure> {
-    figures(summary)
+    settled(summary)
         .into_iter()
         .filter(|f| match f {
             Figure::Money(_) | Figure::Month(_) => true,
@@ -397,10 +662,11 @@ pub fn borne(claim: Figure, said: &[Figure]) -> bool {
     said.iter().any(|s| bears(claim, *s))
 }
 
-/// Whether `quotes` bear out every figure `summary` claims (see [`claimed`]): true when the
-/// summary claims none.
+/// Whether `quotes` bear out every figure `summary` claims (see [`claimed`]) with a figure
+/// they settle on (a figure a speaker took back bears out nothing): true when the summary
+/// claims none.
 pub fn bears_out(summary: &str, quotes: &[String]) -> bool {
-    let said: Vec<Figure> = quotes.iter().flat_map(|q| figures(q)).collect();
+    let said: Vec<Figure> = quotes.iter().flat_map(|q| settled(q)).collect();
     claimed(summary).into_iter().all(|c| borne(c, &said))
 }
 
@@ -447,7 +713,7 @@ mod tests {
         assert_eq!(numbers("by the fifteenth of June"), [15.0]);
         assert_eq!(numbers("the twenty first"), [21.0]);
         assert_eq!(numbers("in 2027"), [2027.0]);
-        // A correction: both amounts, each on its own.
+        // A correction: both amounts, each on its own (see `settled`).
         assert_eq!(
             numbers("eight thousand, no, sorry, six thousand pounds a year"),
             [8e3, 6e3]
@@ -463,6 +729,113 @@ mod tests {
         assert_eq!(numbers("the 1990s at 3pm"), Vec::<f64>::new());
         assert_eq!(numbers("a third of calls"), [3.0]);
         assert_eq!(numbers(""), Vec::<f64>::new());
+    }
+
+    #[test]
+    fn a_figure_the_speaker_takes_back_is_not_settled() {
+        use Figure::{Money, Month, Number};
+        assert_eq!(
+            settled("Our budget is eight thousand, no, sorry, six thousand pounds a year."),
+            [Money(6e3)]
+        );
+        assert_eq!(
+            settled("about nine thousand dollars a month, no, I tell a lie, nineteen thousand dollars a month"),
+            [Money(19e3)]
+        );
+        assert_eq!(
+            settled("We want it by March, no, wait, by the end of February."),
+            [Month(2)]
+        );
+        assert_eq!(
+            settled("forty, actually, forty five thousand dollars"),
+            [Money(45e3)]
+        );
+        assert_eq!(settled("€5,000, or rather €5,500"), [Money(5500.0)]);
+        assert_eq!(settled("$300, I mean $350"), [Money(350.0)]);
+        assert_eq!(
+            settled("make that 12,000 not 10,000"),
+            [Number(12e3), Number(10e3)]
+        );
+        // No correction: "no" inside a phrase, a range, figures far apart, a month and an
+        // amount.
+        assert_eq!(
+            settled("no more than 20,000 dollars, and 5,000 for training"),
+            [Money(20e3), Number(5e3)]
+        );
+        assert_eq!(
+            settled("ten to fifteen thousand euros"),
+            [Number(10.0), Money(10e3), Money(15e3)]
+        );
+        assert_eq!(
+            settled(
+                "It costs 3,000 a month. Sorry, the line is bad here, but we have about 400 staff."
+            ),
+            [Number(3e3), Number(400.0)]
+        );
+        assert_eq!(
+            settled("3,000 dollars, no, by June"),
+            [Money(3e3), Month(6)]
+        );
+        // `figures` still reads both.
+        assert_eq!(
+            figures("eight thousand, no, six thousand"),
+            [Number(8e3), Number(6e3)]
+        );
+    }
+
+    #[test]
+    fn a_summary_of_a_figure_taken_back_is_restated_with_the_settled_one() {
+        let q =
+            vec!["Our budget is eight thousand, no, sorry, six thousand pounds a year.".to_owned()];
+        // Held to the settled figure, the summary of the first is not borne out...
+        assert!(!bears_out("A budget of 8,000 pounds a year.", &q));
+        assert!(bears_out("A budget of 6,000 pounds a year.", &q));
+        // ...and is restated in its own style.
+        assert_eq!(
+            restate("A budget of eight thousand pounds a year.", &q).as_deref(),
+            Some("A budget of six thousand pounds a year.")
+        );
+        assert_eq!(
+            restate("A budget of £8,000 a year for payroll.", &q).as_deref(),
+            Some("A budget of £6,000 a year for payroll.")
+        );
+        assert_eq!(
+            restate("Budget: 8k a year.", &q).as_deref(),
+            Some("Budget: 6,000 a year.")
+        );
+        assert_eq!(restate("A budget of £6,000 a year.", &q), None);
+        assert_eq!(restate("No figure at all.", &q), None);
+        assert_eq!(
+            restate(
+                "Wants it by March.",
+                &["We want it by March, no, wait, by the end of February.".to_owned()]
+            )
+            .as_deref(),
+            Some("Wants it by February.")
+        );
+        // Both named: the one taken back goes.
+        let feb = ["We want it by March, no, wait, by the end of February.".to_owned()];
+        assert_eq!(
+            restate("March or February before the busy season.", &feb).as_deref(),
+            Some("February before the busy season.")
+        );
+        assert_eq!(
+            restate("By the end of February or March.", &feb).as_deref(),
+            Some("By the end of February.")
+        );
+        // A summary's first word keeps its capital.
+        assert_eq!(
+            restate("Eight thousand pounds is the budget.", &q).as_deref(),
+            Some("Six thousand pounds is the budget.")
+        );
+        // A figure the quotes also state without taking it back stays.
+        let both = vec![q[0].clone(), "We spend 8,000 a year today.".to_owned()];
+        assert_eq!(restate("8,000 a year.", &both), None);
+        // Without a correction, nothing to restate.
+        assert_eq!(
+            restate("8,000 a year.", &["We have 6,000 a year.".to_owned()]),
+            None
+        );
     }
 
     #[test]
