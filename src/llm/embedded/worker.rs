@@ -150,6 +150,7 @@ pub(super) fn worker(
         shared_prefill: config.micro_batch.clamp(1, PROMPT_CHUNK as u32) as usize,
         prompt_cost: PromptCost::new(),
         sequences,
+        live_seen: None,
         waiting: Vec::new(),
         running: Vec::new(),
     };
@@ -228,6 +229,10 @@ const STEP_ALONE: std::time::Duration = std::time::Duration::from_millis(1000);
 const STEP_BESIDE_ANSWERS: std::time::Duration = std::time::Duration::from_millis(500);
 /// The same for the service's own warm-ups (start-up prompts), which only save later work.
 const STEP_WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
+/// How long after a live request arrived calls count as streaming: meanwhile a step that
+/// reads only prompts of lower classes takes [`STEP_BESIDE_ANSWERS`], not [`STEP_ALONE`], as the
+/// next live `analyze` waits for the step under way.
+const LIVE_RECENT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What one prompt token costs to read, time-averaged over steps that read prompts only.
 #[derive(Debug, Clone, Copy)]
@@ -277,6 +282,8 @@ struct Batcher<'a, 'm, 'c> {
     /// What a prompt token costs here, which sizes every prompt chunk.
     prompt_cost: PromptCost,
     sequences: usize,
+    /// When the last live request (or a live call's warm-up) arrived.
+    live_seen: Option<Instant>,
     /// Readied, waiting for a sequence (or for cells).
     waiting: Vec<Sequence>,
     running: Vec<Sequence>,
@@ -379,7 +386,12 @@ impl Batcher<'_, '_, '_> {
             return;
         }
         match Sequence::new(self.decoder, job.generation, job.deltas, job.done) {
-            Ok(s) => self.waiting.push(s),
+            Ok(s) => {
+                if s.class == crate::llm::fair::Class::Live {
+                    self.live_seen = Some(Instant::now());
+                }
+                self.waiting.push(s);
+            }
             Err((e, Some(done))) => {
                 let _ = done.send(Err(e));
             }
@@ -456,8 +468,15 @@ impl Batcher<'_, '_, '_> {
             parts.push((i, at, tokens.to_vec()));
         }
         let writers = parts.len();
+        let live = self.running.iter().any(|s| class_rank(s) == 0 && !s.over());
+        let calls_streaming = self.live_seen.is_some_and(|t| t.elapsed() < LIVE_RECENT);
         let mut room = if parts.is_empty() {
-            self.prompt_cost.chunk(STEP_ALONE, PROMPT_CHUNK)
+            let budget = if calls_streaming && !live {
+                STEP_BESIDE_ANSWERS
+            } else {
+                STEP_ALONE
+            };
+            self.prompt_cost.chunk(budget, PROMPT_CHUNK)
         } else {
             self.prompt_cost
                 .chunk(STEP_BESIDE_ANSWERS, self.shared_prefill)
@@ -467,7 +486,6 @@ impl Batcher<'_, '_, '_> {
             .filter(|&i| self.running[i].reading())
             .collect();
         readers.sort_by_key(|&i| rank(&self.running[i]));
-        let live = self.running.iter().any(|s| class_rank(s) == 0 && !s.over());
         let best_writer = parts
             .iter()
             .map(|(i, _, _)| class_rank(&self.running[*i]))
