@@ -183,7 +183,11 @@ impl AppBuilder {
             recorder,
             lifecycle: Arc::default(),
             capacity: Arc::new(crate::capacity::LiveCapacity::new(
-                config.calls.max_calls_per_instance,
+                crate::capacity::Limits {
+                    most: config.calls.max_calls_per_instance,
+                    unmeasured: config.calls.admit_unmeasured_calls,
+                    max_load: config.calls.admit_max_load,
+                },
                 std::time::Duration::from_millis(config.calls.admit_max_wait_ms),
             )),
             slots: Arc::new(crate::auth::slots::Slots::new(opened.shared.clone())),

@@ -1,6 +1,12 @@
 //! Admission control for live calls: this instance takes a new call only while the calls it
 //! already serves stay within their latency budget. Two measures decide:
-//! - a ceiling, `calls.max_calls_per_instance`: calls in progress here, whoever owns them;
+//! - a ceiling on calls in progress here, whoever owns them, from what a call costs the speech
+//!   workers on this machine: once the instance has served [`MEASURED_CALL_SECS`] of calls, as
+//!   many calls as keep the workers' expected load within `calls.admit_max_load` (the engine
+//!   time of live utterances per second of call, measured, times the calls, against the
+//!   workers); before that, `calls.admit_unmeasured_calls`; never more than
+//!   `calls.max_calls_per_instance`. Calls that start together are bounded by it before their
+//!   first utterance is queued, and a faster CPU takes more calls without a setting changed;
 //! - how far behind the speech workers are on live work: the longest recent wait of a live
 //!   utterance for a worker, or the time the audio now waiting in the live queue will take to
 //!   decode (its length times the measured decode time per second of audio, shared by the
@@ -33,7 +39,15 @@ pub struct LiveLag {
     pub decode_per_audio: f64,
     /// Speech workers sharing the queue.
     pub workers: usize,
+    /// What one live call costs the speech workers here: engine seconds of live utterances
+    /// per second of call, averaged over the calls served so far (`None` until they add up to
+    /// [`MEASURED_CALL_SECS`]).
+    pub per_call: Option<f64>,
 }
+
+/// Seconds of live calls, summed over calls, after which what a call costs is taken as
+/// measured: two calls of a minute each, or twelve of ten seconds.
+pub const MEASURED_CALL_SECS: f64 = 120.0;
 
 impl LiveLag {
     /// The pool's measures now.
@@ -41,7 +55,10 @@ impl LiveLag {
         let stats = pool.stats();
         let busy_ms = stats.busy_ms.load(Ordering::Relaxed);
         let audio_ms = stats.audio_ms.load(Ordering::Relaxed);
-        let (recent_wait, recent_wait_calls) = stats.live_load.recent_wait_under(Instant::now());
+        let now = Instant::now();
+        let (recent_wait, recent_wait_calls) = stats.live_load.recent_wait_under(now);
+        let call_secs = stats.call_secs(now);
+        let live_busy = stats.live_busy_ms.load(Ordering::Relaxed) as f64 / 1000.0;
         Self {
             recent_wait,
             recent_wait_calls,
@@ -53,6 +70,7 @@ impl LiveLag {
                 busy_ms as f64 / audio_ms as f64
             },
             workers: pool.workers(),
+            per_call: (call_secs >= MEASURED_CALL_SECS).then(|| live_busy / call_secs),
         }
     }
 
@@ -79,7 +97,7 @@ pub enum Full {
     /// As many calls as this instance takes are in progress.
     #[error("this instance is serving as many live calls as it takes ({ceiling})")]
     Ceiling {
-        /// `calls.max_calls_per_instance`.
+        /// The ceiling in force ([`LiveCapacity::ceiling`]).
         ceiling: usize,
     },
     /// Live speech work is behind its budget.
@@ -114,7 +132,7 @@ impl Full {
 /// The places of live calls on this instance.
 #[derive(Debug)]
 pub struct LiveCapacity {
-    ceiling: usize,
+    limits: Limits,
     max_wait: Duration,
     taken: Arc<AtomicUsize>,
     refused_ceiling: AtomicU64,
@@ -131,12 +149,35 @@ impl Drop for Place {
     }
 }
 
-impl LiveCapacity {
-    /// At most `ceiling` calls at once, and none taken while live speech is expected to wait
-    /// more than `max_wait`.
-    pub fn new(ceiling: usize, max_wait: Duration) -> Self {
+/// How many calls an instance takes at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Never more (`calls.max_calls_per_instance`).
+    pub most: usize,
+    /// Until what a call costs is measured (`calls.admit_unmeasured_calls`).
+    pub unmeasured: usize,
+    /// Once it is: the share of the speech workers' time the calls may be expected to take
+    /// (`calls.admit_max_load`).
+    pub max_load: f64,
+}
+
+impl Limits {
+    /// At most `most` calls, whatever they cost.
+    pub fn fixed(most: usize) -> Self {
         Self {
-            ceiling,
+            most,
+            unmeasured: most,
+            max_load: 1.0,
+        }
+    }
+}
+
+impl LiveCapacity {
+    /// At most as many calls at once as `limits` allow under the measured cost of a call, and
+    /// none taken while live speech is expected to wait more than `max_wait`.
+    pub fn new(limits: Limits, max_wait: Duration) -> Self {
+        Self {
+            limits,
             max_wait,
             taken: Arc::new(AtomicUsize::new(0)),
             refused_ceiling: AtomicU64::new(0),
@@ -146,10 +187,9 @@ impl LiveCapacity {
 
     /// Whether a new call would be taken now, under `lag`.
     pub fn check(&self, lag: &LiveLag) -> Result<(), Full> {
-        if self.taken.load(Ordering::Acquire) >= self.ceiling {
-            return Err(Full::Ceiling {
-                ceiling: self.ceiling,
-            });
+        let ceiling = self.ceiling(lag);
+        if self.taken.load(Ordering::Acquire) >= ceiling {
+            return Err(Full::Ceiling { ceiling });
         }
         let waited = lag.expected_wait();
         if waited > self.max_wait {
@@ -170,15 +210,12 @@ impl LiveCapacity {
         };
         self.check(lag).map_err(refused)?;
         // The ceiling again, atomically: two upgrades at once cannot both take the last place.
+        let ceiling = self.ceiling(lag);
         self.taken
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.ceiling).then_some(n + 1)
+                (n < ceiling).then_some(n + 1)
             })
-            .map_err(|_| {
-                refused(Full::Ceiling {
-                    ceiling: self.ceiling,
-                })
-            })?;
+            .map_err(|_| refused(Full::Ceiling { ceiling }))?;
         Ok(Place(self.taken.clone()))
     }
 
@@ -187,9 +224,20 @@ impl LiveCapacity {
         self.taken.load(Ordering::Acquire)
     }
 
-    /// `calls.max_calls_per_instance`.
-    pub fn ceiling(&self) -> usize {
-        self.ceiling
+    /// Calls this instance takes at most under `lag`: as many as keep the speech workers'
+    /// expected load within the limit at the measured cost of a call (at least one), or the
+    /// unmeasured number before it is measured; never more than the most.
+    pub fn ceiling(&self, lag: &LiveLag) -> usize {
+        let Limits {
+            most,
+            unmeasured,
+            max_load,
+        } = self.limits;
+        let measured = lag
+            .per_call
+            .filter(|c| *c > 0.0)
+            .map(|c| (lag.workers.max(1) as f64 * max_load / c).floor() as usize);
+        measured.unwrap_or(unmeasured).clamp(1, most.max(1))
     }
 
     /// Calls refused so far, by reason: (ceiling, behind).
@@ -213,12 +261,56 @@ mod tests {
             queued: Duration::ZERO,
             decode_per_audio: 0.1,
             workers: 2,
+            per_call: None,
         }
     }
 
     #[test]
+    fn the_ceiling_follows_what_a_call_costs_once_it_is_measured() {
+        let limits = Limits {
+            most: 48,
+            unmeasured: 12,
+            max_load: 0.6,
+        };
+        let capacity = LiveCapacity::new(limits, Duration::from_millis(1500));
+        // Not measured yet: the start number.
+        assert_eq!(capacity.ceiling(&idle()), 12);
+        // A call takes 0.04 s of engine time a second: 2 workers at 0.6 carry 30.
+        let fast = LiveLag {
+            per_call: Some(0.04),
+            ..idle()
+        };
+        assert_eq!(capacity.ceiling(&fast), 30);
+        // Slower, 0.12 s a second: 10, fewer than before it was measured.
+        let slow = LiveLag {
+            per_call: Some(0.12),
+            ..idle()
+        };
+        assert_eq!(capacity.ceiling(&slow), 10);
+        // Never past the most, never under one.
+        let idle_calls = LiveLag {
+            per_call: Some(0.001),
+            ..idle()
+        };
+        assert_eq!(capacity.ceiling(&idle_calls), 48);
+        let dear = LiveLag {
+            per_call: Some(5.0),
+            ..idle()
+        };
+        assert_eq!(capacity.ceiling(&dear), 1);
+        // Admission refuses at the measured ceiling, naming it.
+        let places: Vec<Place> = (0..10).map(|_| capacity.admit(&slow).unwrap()).collect();
+        assert_eq!(
+            capacity.admit(&slow).unwrap_err(),
+            Full::Ceiling { ceiling: 10 }
+        );
+        assert!(capacity.admit(&fast).is_ok());
+        drop(places);
+    }
+
+    #[test]
     fn a_wait_seen_under_more_calls_than_now_in_progress_does_not_refuse() {
-        let capacity = LiveCapacity::new(100, Duration::from_millis(1500));
+        let capacity = LiveCapacity::new(Limits::fixed(100), Duration::from_millis(1500));
         // A burst of 12 calls left a 2.4 s wait; 3 calls are in progress now.
         let after_burst = LiveLag {
             recent_wait: Duration::from_millis(2400),
@@ -239,7 +331,7 @@ mod tests {
 
     #[test]
     fn the_ceiling_holds_and_a_place_is_freed_when_its_call_ends() {
-        let capacity = LiveCapacity::new(2, Duration::from_secs(1));
+        let capacity = LiveCapacity::new(Limits::fixed(2), Duration::from_secs(1));
         let a = capacity.admit(&idle()).unwrap();
         let _b = capacity.admit(&idle()).unwrap();
         assert_eq!(
@@ -255,7 +347,7 @@ mod tests {
 
     #[test]
     fn calls_are_refused_while_live_speech_is_behind_its_budget() {
-        let capacity = LiveCapacity::new(100, Duration::from_millis(1500));
+        let capacity = LiveCapacity::new(Limits::fixed(100), Duration::from_millis(1500));
         // A recent long wait.
         let waited = LiveLag {
             recent_wait: Duration::from_secs(3),

@@ -467,8 +467,15 @@ pub struct CallsConfig {
     pub max_calls_per_connector: usize,
     /// Calls in progress at once per organisation.
     pub max_calls_per_org: usize,
-    /// Calls in progress at once on this instance, whoever owns them (admission control).
+    /// Calls in progress at once on this instance, whoever owns them, at most (admission
+    /// control).
     pub max_calls_per_instance: usize,
+    /// Calls this instance takes at once until it has measured what a call costs its speech
+    /// workers (admission control).
+    pub admit_unmeasured_calls: usize,
+    /// Once measured: the share of the speech workers' time the calls in progress may be
+    /// expected to take (admission control).
+    pub admit_max_load: f64,
     /// A new call is refused while a live utterance is expected to wait longer than this for
     /// a speech worker (admission control).
     pub admit_max_wait_ms: u64,
@@ -625,6 +632,8 @@ impl Config {
             || c.max_calls_per_connector == 0
             || c.max_calls_per_org == 0
             || c.max_calls_per_instance == 0
+            || c.admit_unmeasured_calls == 0
+            || !(c.admit_max_load > 0.0 && c.admit_max_load <= 1.0)
             || c.admit_max_wait_ms < 100
             || c.write_timeout_ms < 100
             || c.probe_timeout_ms < 100

@@ -19,7 +19,7 @@ pub struct Status {
     /// `/readyz`: live calls in progress on this instance.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_calls: Option<usize>,
-    /// `/readyz`: live calls this instance takes at most (`calls.max_calls_per_instance`).
+    /// `/readyz`: live calls this instance takes at most now (see `capacity::LiveCapacity::ceiling`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_capacity: Option<usize>,
 }
@@ -43,9 +43,10 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         })
     });
     let readyz = warp::path!("readyz").and(warp::get()).map(move || {
+        let lag = LiveLag::of(&app.asr);
         let (status, code) = if app.lifecycle.is_draining() {
             ("draining", StatusCode::SERVICE_UNAVAILABLE)
-        } else if app.capacity.check(&LiveLag::of(&app.asr)).is_err() {
+        } else if app.capacity.check(&lag).is_err() {
             ("full", StatusCode::SERVICE_UNAVAILABLE)
         } else {
             ("ready", StatusCode::OK)
@@ -53,7 +54,7 @@ pub fn routes(app: App) -> impl Filter<Extract = (impl Reply,), Error = Rejectio
         let body = Status {
             status,
             live_calls: Some(app.capacity.taken()),
-            live_capacity: Some(app.capacity.ceiling()),
+            live_capacity: Some(app.capacity.ceiling(&lag)),
         };
         warp::reply::with_status(warp::reply::json(&body), code)
     });

@@ -109,8 +109,8 @@ fn render(app: &App) -> String {
     metric(
         "callstream_calls_capacity",
         "gauge",
-        "Live calls this instance takes at most (calls.max_calls_per_instance).",
-        app.capacity.ceiling() as u64,
+        "Live calls this instance takes at most now: from the measured cost of a call, within calls.max_calls_per_instance.",
+        app.capacity.ceiling(&lag) as u64,
     );
     let (ceiling, behind) = app.capacity.refused();
     metric(

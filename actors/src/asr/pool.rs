@@ -151,8 +151,62 @@ pub struct PoolStats {
     pub live_load: LiveLoad,
     /// Live calls in progress (see [`AsrPool::live_call`]).
     pub live_calls: AtomicUsize,
+    /// Time spent in engine calls on live utterances, in milliseconds.
+    pub live_busy_ms: AtomicU64,
+    /// Seconds of live calls served, summed over calls (see [`PoolStats::call_secs`]).
+    call_clock: std::sync::Mutex<CallClock>,
     /// Workers decoding file work now.
     file_busy: AtomicUsize,
+}
+
+impl PoolStats {
+    /// Seconds of live calls served until `now`, summed over calls: with the engine time of
+    /// live utterances, what one call costs the speech workers here.
+    pub fn call_secs(&self, now: Instant) -> f64 {
+        self.call_clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .secs(now)
+    }
+
+    fn calls_changed(&self, by: isize) {
+        self.call_clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .change(Instant::now(), by);
+    }
+}
+
+/// Live calls in progress over time, summed.
+#[derive(Debug)]
+struct CallClock {
+    /// When `calls` last changed.
+    since: Instant,
+    calls: usize,
+    /// Call seconds until `since`.
+    secs: f64,
+}
+
+impl Default for CallClock {
+    fn default() -> Self {
+        Self {
+            since: Instant::now(),
+            calls: 0,
+            secs: 0.0,
+        }
+    }
+}
+
+impl CallClock {
+    fn secs(&self, now: Instant) -> f64 {
+        self.secs + self.calls as f64 * now.saturating_duration_since(self.since).as_secs_f64()
+    }
+
+    fn change(&mut self, now: Instant, by: isize) {
+        self.secs = self.secs(now);
+        self.since = now;
+        self.calls = self.calls.saturating_add_signed(by);
+    }
 }
 
 /// A live call in progress, as the pool counts it; dropping it ends the count.
@@ -162,6 +216,7 @@ pub struct LiveCallMark(Arc<PoolStats>);
 impl Drop for LiveCallMark {
     fn drop(&mut self) {
         self.0.live_calls.fetch_sub(1, Ordering::AcqRel);
+        self.0.calls_changed(-1);
     }
 }
 
@@ -332,6 +387,7 @@ impl AsrPool {
     /// kept for live work.
     pub fn live_call(&self) -> LiveCallMark {
         self.stats.live_calls.fetch_add(1, Ordering::AcqRel);
+        self.stats.calls_changed(1);
         LiveCallMark(self.stats.clone())
     }
 
@@ -490,14 +546,14 @@ fn work(
                 Err(_) => break,
             }
         }
-        run(&mut *engine, batch, stats);
+        run(&mut *engine, batch, stats, is_live);
         if !is_live {
             rule.release(stats);
         }
     }
 }
 
-fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
+fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats, live: bool) {
     let (cancelled, jobs): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(Job::cancelled);
     for job in cancelled {
         (job.reply)(Err(AsrError::Unavailable("cancelled".into())));
@@ -510,9 +566,11 @@ fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats) {
     let audio: Vec<&[f32]> = jobs.iter().map(|j| j.audio.as_slice()).collect();
     let result = engine.transcribe(&audio, &language);
     let audio_ms: u64 = jobs.iter().map(Job::audio_ms).sum();
-    stats
-        .busy_ms
-        .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    let busy = started.elapsed().as_millis() as u64;
+    stats.busy_ms.fetch_add(busy, Ordering::Relaxed);
+    if live {
+        stats.live_busy_ms.fetch_add(busy, Ordering::Relaxed);
+    }
     stats.busy_workers.fetch_sub(1, Ordering::Relaxed);
     stats.batches.fetch_add(1, Ordering::Relaxed);
     stats
