@@ -154,7 +154,7 @@ pub struct PoolStats {
     /// Time spent in engine calls on live utterances, in milliseconds.
     pub live_busy_ms: AtomicU64,
     /// Seconds of live calls served, summed over calls (see [`PoolStats::call_secs`]).
-    call_clock: std::sync::Mutex<CallClock>,
+    call_clock: parking_lot::Mutex<CallClock>,
     /// Workers decoding file work now.
     file_busy: AtomicUsize,
 }
@@ -163,17 +163,11 @@ impl PoolStats {
     /// Seconds of live calls served until `now`, summed over calls: with the engine time of
     /// live utterances, what one call costs the speech workers here.
     pub fn call_secs(&self, now: Instant) -> f64 {
-        self.call_clock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .secs(now)
+        self.call_clock.lock().secs(now)
     }
 
     fn calls_changed(&self, by: isize) {
-        self.call_clock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .change(Instant::now(), by);
+        self.call_clock.lock().change(Instant::now(), by);
     }
 }
 
@@ -599,5 +593,33 @@ fn run(engine: &mut dyn AsrEngine, jobs: Vec<Job>, stats: &PoolStats, live: bool
                 (job.reply)(Err(AsrError::Engine(message.clone())));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_seconds_sum_the_calls_in_progress_over_time() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut clock = CallClock {
+            since: t0,
+            calls: 0,
+            secs: 0.0,
+        };
+        // One call from 0 s, a second from 10 s, the first ends at 30 s.
+        clock.change(s(0), 1);
+        clock.change(s(10), 1);
+        assert_eq!(clock.secs(s(20)), 30.0);
+        clock.change(s(30), -1);
+        assert_eq!(clock.secs(s(30)), 50.0);
+        assert_eq!(clock.secs(s(40)), 60.0);
+        // None in progress: nothing more is counted, and never fewer than none.
+        clock.change(s(40), -1);
+        clock.change(s(45), -1);
+        assert_eq!(clock.calls, 0);
+        assert_eq!(clock.secs(s(100)), 60.0);
     }
 }
