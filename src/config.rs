@@ -238,6 +238,11 @@ pub struct LlmConfig {
     /// the CPU (8 with AMX, else 0).
     #[serde(default)]
     pub draft_tokens: Option<u32>,
+    /// Whether the text a schema leaves no choice about in the middle of a structured answer
+    /// (the rest of a label, the next property's name) is added after the token before it and
+    /// evaluated with it, not written a token at a time.
+    #[serde(default = "default_force_schema_text")]
+    pub force_schema_text: bool,
     /// Chat requests that may wait for the model, from every organisation.
     pub queue: usize,
     /// Chat requests that one organisation may have waiting for the model.
@@ -280,6 +285,10 @@ fn default_parallel() -> usize {
 
 fn default_kv_cache_mb() -> usize {
     768
+}
+
+fn default_force_schema_text() -> bool {
+    true
 }
 
 fn default_repack_weights() -> bool {

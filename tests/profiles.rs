@@ -42,6 +42,7 @@ fn model() -> EmbeddedLlm {
             // The keys as the service keeps them by default (q8_0).
             key_cache: None,
             repack_weights: true,
+            force_schema_text: true,
         },
     )
     .unwrap()

@@ -328,6 +328,7 @@ pub fn build_provider(
                     key_cache: llm.key_cache,
                     repack_weights: llm.repack_weights,
                     draft_tokens: llm.draft_tokens,
+                    force_schema_text: llm.force_schema_text,
                 },
             )?;
             // Analyses start with the same instructions (one prompt for a live call's intent,

@@ -37,6 +37,7 @@ use super::{Completion, Deltas, Generation, LlmError, Message, Provider};
 
 mod backend;
 mod draft;
+mod forced;
 mod gate;
 mod lead;
 mod picker;
@@ -52,8 +53,8 @@ pub use prefix_cache::PrefixCache;
 // The parts of one engine, each in its own file, see one another through this module.
 #[allow(unused_imports)]
 use self::{
-    backend::*, draft::*, gate::*, lead::*, picker::*, prefix_cache::*, prompt::*, sequence::*,
-    steps::*, worker::*,
+    backend::*, draft::*, forced::*, gate::*, lead::*, picker::*, prefix_cache::*, prompt::*,
+    sequence::*, steps::*, worker::*,
 };
 
 const TOOL_OPEN: &str = "<tool_call>";
@@ -94,6 +95,9 @@ pub struct EmbeddedConfig {
     /// CPU module loaded has AMX, where checking several tokens costs about what one does,
     /// and none elsewhere, where each costs nearly a token's own evaluation (docs/benchmarks.md).
     pub draft_tokens: Option<u32>,
+    /// Whether the text a schema forces in the middle of an answer is added without the
+    /// model writing it (see [`forced_text`]).
+    pub force_schema_text: bool,
     /// The type of the attention keys kept per evaluated token. With `q8_0` the scores
     /// (keys x queries) are 8-bit integer products, which CPUs with VNNI do several times
     /// faster than llama.cpp's f16 products in f32; the values stay f16 (llama.cpp quantizes

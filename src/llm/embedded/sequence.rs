@@ -25,6 +25,8 @@ pub(super) struct Decoder<'m> {
     pub(super) template: &'m LlamaChatTemplate,
     /// Most tokens drafted ahead of a structured answer ([`EmbeddedConfig::draft_tokens`]).
     pub(super) draft_tokens: usize,
+    /// Whether text a schema forces mid-answer is added without the model writing it.
+    pub(super) force_schema_text: bool,
     /// Prompt and answer of one request, at most, in tokens.
     pub(super) window: usize,
 }
@@ -69,8 +71,13 @@ pub(super) struct Sequence {
     steps: Option<Steps>,
     /// Batch entry of this sequence's first logits in the last evaluation.
     base: i32,
-    /// What to evaluate next in the answer: from position, tokens.
-    next: Option<(usize, Vec<LlamaToken>)>,
+    /// What to evaluate next in the answer: from position, tokens, the first whose logits
+    /// are wanted.
+    next: Option<(usize, Vec<LlamaToken>, usize)>,
+    /// The schema whose forced text is added without the model writing it, when it is.
+    forces: Option<serde_json::Value>,
+    /// The answer so far, as written, while `forces` is set.
+    written: String,
     produced: usize,
     finish: FinishReason,
     answer: String,
@@ -100,6 +107,11 @@ impl Sequence {
         let warm = done.is_none();
         let step = if warm { WARM_CHUNK } else { PROMPT_CHUNK };
         let drafting = decoder.draft_tokens > 0 && matches!(picker, Picker::GreedyGrammar(_));
+        // Under greedy decoding only: a sampler chain's state is not probed token by token.
+        let forces = generation
+            .json_schema
+            .clone()
+            .filter(|_| decoder.force_schema_text && matches!(picker, Picker::GreedyGrammar(_)));
         let markers: &[&str] = if generation.tools.is_empty() {
             &[]
         } else {
@@ -124,6 +136,8 @@ impl Sequence {
             steps: None,
             base: 0,
             next: None,
+            forces,
+            written: String::new(),
             produced: 0,
             finish: FinishReason::Length,
             answer: String::new(),
@@ -249,9 +263,12 @@ impl Sequence {
         Some((chunk, &self.tokens[chunk.from..chunk.to]))
     }
 
-    /// What its answer needs evaluated now: from position, tokens (each with its logits).
-    pub(super) fn eval(&self) -> Option<(usize, &[LlamaToken])> {
-        self.next.as_ref().map(|(from, t)| (*from, t.as_slice()))
+    /// What its answer needs evaluated now: from position, tokens, and the first of them
+    /// whose logits are wanted (those after it are wanted too).
+    pub(super) fn eval(&self) -> Option<(usize, &[LlamaToken], usize)> {
+        self.next
+            .as_ref()
+            .map(|(from, t, outputs)| (*from, t.as_slice(), *outputs))
     }
 
     /// Whether its requester has gone (or, for a warm-up, `yield_to` says a request needs
@@ -349,6 +366,9 @@ impl Sequence {
         if self.wanted.is_some() {
             self.answer
                 .extend(text.chars().filter(|c| !c.is_whitespace()));
+        }
+        if self.forces.is_some() {
+            self.written.push_str(text);
         }
         let (emit, stopped) = self.gate.push(text);
         if !emit.is_empty() && self.deltas.is_some() {
@@ -451,20 +471,59 @@ impl Sequence {
                 self.complete(model, ctx, cache);
                 return Ok(());
             }
+            let (forced, stopped) = self.force(&vocab);
+            if stopped {
+                self.finish = FinishReason::Stop;
+                self.complete(model, ctx, cache);
+                return Ok(());
+            }
             let room = self.max_new - self.produced;
             let steps = self.steps.as_mut().expect("an answer has its steps");
-            match steps.picked(token, room) {
+            match steps.picked(token, room, &forced) {
                 // Drafted and already evaluated: its logits come next.
                 Step::Confirmed => {}
-                Step::Evaluate { cut, from, tokens } => {
+                Step::Evaluate {
+                    cut,
+                    from,
+                    tokens,
+                    outputs,
+                } => {
                     if let Some(cut) = cut {
                         cache.truncate(ctx, self.seq, cut)?;
                     }
-                    self.next = Some((from, tokens));
+                    self.next = Some((from, tokens, outputs));
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// The text the schema forces after the answer so far ([`forced_text`]), as tokens the
+    /// grammar takes (up to the first it would refuse) and as far as the answer has room:
+    /// written as the model's own are. Whether a stop string ended the answer in it.
+    fn force(&mut self, vocab: &llama_cpp_2::vocab::LlamaVocab) -> (Vec<LlamaToken>, bool) {
+        let Some(schema) = &self.forces else {
+            return (Vec::new(), false);
+        };
+        let text = forced_text(schema, &self.written);
+        if text.is_empty() {
+            return (Vec::new(), false);
+        }
+        let room = self.max_new - self.produced;
+        let mut taken = Vec::new();
+        for token in vocab.tokenize(text.as_bytes(), false, false) {
+            if taken.len() >= room || vocab.is_eog(token) || !self.picker.allows(token) {
+                break;
+            }
+            self.picker.accept(token);
+            self.pending
+                .extend(vocab.token_to_piece(token, false, None));
+            taken.push(token);
+        }
+        self.produced += taken.len();
+        let text = take_utf8(&mut self.pending);
+        let stopped = self.show(&text);
+        (taken, stopped)
     }
 
     /// The answer is over: drafted tokens past it are cut, the held-back text released, the
@@ -500,8 +559,14 @@ impl Sequence {
                 );
             }
         }
+        let (evaluations, forced) = self
+            .steps
+            .as_ref()
+            .map_or((0, 0), |s| (s.evaluations, s.forced));
         tracing::debug!(
             produced = self.produced,
+            evaluations,
+            forced,
             seq = self.seq,
             ms = self.started.elapsed().as_millis() as u64,
             "generation done"

@@ -106,6 +106,8 @@ pub(super) struct Steps {
     pub(super) confirmed: usize,
     /// Evaluations after the prompt.
     pub(super) evaluations: usize,
+    /// Tokens the schema forced, evaluated beside the token before them.
+    pub(super) forced: usize,
 }
 
 /// What the decoder does after a token is picked.
@@ -114,11 +116,13 @@ pub(super) enum Step {
     /// The token was drafted and is already evaluated: its logits are at [`Steps::at`].
     Confirmed,
     /// Cut the context back to `cut` positions (a draft refused), then evaluate `tokens` from
-    /// position `from`, each with its logits (the first is the token picked).
+    /// position `from` (the first is the token picked, unless it was drafted and is evaluated
+    /// already), with the logits of those from `outputs` on.
     Evaluate {
         cut: Option<usize>,
         from: usize,
         tokens: Vec<LlamaToken>,
+        outputs: usize,
     },
 }
 
@@ -139,6 +143,7 @@ impl Steps {
             checked: 0,
             confirmed: 0,
             evaluations: 0,
+            forced: 0,
         }
     }
 
@@ -147,10 +152,39 @@ impl Steps {
         self.at
     }
 
-    /// `token` was picked, with `room` tokens left to write after it: what to do next.
-    pub(super) fn picked(&mut self, token: LlamaToken, room: usize) -> Step {
+    /// `token` was picked, with `room` tokens left to write after it, and the schema forces
+    /// `forced` after it (already written): what to do next. Forced tokens are evaluated with
+    /// the token, in one step, and only the last one's logits are wanted; nothing is drafted
+    /// after them.
+    pub(super) fn picked(&mut self, token: LlamaToken, room: usize, forced: &[LlamaToken]) -> Step {
         if self.most > 0 {
             self.seen.push(token);
+            self.seen.extend_from_slice(forced);
+        }
+        if !forced.is_empty() {
+            let mut tokens = Vec::with_capacity(1 + forced.len());
+            if self.drafted.front() == Some(&token) {
+                // Evaluated with the draft: the forced tokens follow it.
+                self.drafted.pop_front();
+                self.confirmed += 1;
+                self.pos += 1;
+            } else {
+                tokens.push(token);
+            }
+            let cut = (!self.drafted.is_empty()).then_some(self.pos);
+            self.drafted.clear();
+            tokens.extend_from_slice(forced);
+            let from = self.pos;
+            self.pos += tokens.len();
+            self.at = tokens.len() as i32 - 1;
+            self.evaluations += 1;
+            self.forced += forced.len();
+            return Step::Evaluate {
+                cut,
+                from,
+                outputs: tokens.len() - 1,
+                tokens,
+            };
         }
         if self.drafted.front() == Some(&token) {
             self.drafted.pop_front();
@@ -171,7 +205,12 @@ impl Steps {
         self.pos += 1;
         self.at = 0;
         self.drafted = ahead.into();
-        Step::Evaluate { cut, from, tokens }
+        Step::Evaluate {
+            cut,
+            from,
+            tokens,
+            outputs: 0,
+        }
     }
 
     /// The answer is over: where to cut the context back to when drafted tokens past its end
@@ -226,6 +265,16 @@ mod tests {
         max_new: usize,
         most: usize,
     ) -> (Vec<LlamaToken>, Vec<LlamaToken>, Steps) {
+        decode_forced(prompt, max_new, most, |_| Vec::new())
+    }
+
+    /// [`decode`], with the tokens `force` gives after each token picked written after it.
+    fn decode_forced(
+        prompt: &[LlamaToken],
+        max_new: usize,
+        most: usize,
+        force: impl Fn(LlamaToken) -> Vec<LlamaToken>,
+    ) -> (Vec<LlamaToken>, Vec<LlamaToken>, Steps) {
         let mut context = prompt.to_vec();
         // The logits of each evaluated batch entry: the context up to and with it.
         let mut batch: Vec<Vec<LlamaToken>> = vec![context.clone()];
@@ -234,9 +283,18 @@ mod tests {
         while answer.len() < max_new {
             let token = next(&batch[steps.at() as usize]);
             answer.push(token);
-            match steps.picked(token, max_new - answer.len()) {
+            let mut forced = force(token);
+            forced.truncate(max_new - answer.len());
+            answer.extend_from_slice(&forced);
+            match steps.picked(token, max_new - answer.len(), &forced) {
                 Step::Confirmed => {}
-                Step::Evaluate { cut, from, tokens } => {
+                Step::Evaluate {
+                    cut,
+                    from,
+                    tokens,
+                    outputs,
+                } => {
+                    assert!(outputs < tokens.len(), "the last token's logits are wanted");
                     if let Some(cut) = cut {
                         context.truncate(cut);
                     }
@@ -286,25 +344,62 @@ mod tests {
     }
 
     #[test]
+    fn forced_tokens_are_evaluated_with_the_token_before_them_and_the_answer_goes_on_from_the_last()
+    {
+        let t = |v: &[i32]| v.iter().map(|&x| LlamaToken(x)).collect::<Vec<_>>();
+        let prompt = t(&[8, 1, 2, 3, 4, 1, 2, 9, 5, 6, 8]);
+        // After every 2 the schema forces 3 and 4 (what the script would pick too), after 7 a
+        // 5 the script would not pick: the answer goes on from what was forced.
+        let force = |token: LlamaToken| match token.0 {
+            2 => t(&[3, 4]),
+            7 => t(&[5]),
+            _ => Vec::new(),
+        };
+        let (plain, ..) = decode(&prompt, 12, 0);
+        let (forced, _, undrafted) = decode_forced(&prompt, 12, 0, force);
+        // 8 -> 9 -> 7 [5] -> 9 -> 7 [5] ...: the forced 5 changes what follows.
+        assert_eq!(&forced[..4], t(&[9, 7, 5, 9]).as_slice());
+        assert_ne!(forced, plain);
+        assert_eq!(undrafted.evaluations + undrafted.forced, forced.len());
+        assert_eq!(undrafted.forced, 4);
+        for most in [0, 2, 8] {
+            let (answer, context, steps) = decode_forced(&prompt, 12, most, force);
+            // Drafting never changes the answer, and the context holds it and nothing more.
+            assert_eq!(answer, forced, "most {most}");
+            assert_eq!(context[prompt.len()..], answer[..], "most {most}");
+            assert_eq!(steps.forced, 4, "most {most}");
+        }
+        // A cycle through 2: each 2 picked brings 3 and 4 in the same step.
+        let prompt = t(&[1, 2, 3, 4, 1]);
+        let (answer, context, steps) = decode_forced(&prompt, 9, 0, force);
+        assert_eq!(answer, t(&[2, 3, 4, 1, 2, 3, 4, 1, 2]));
+        assert_eq!(context[prompt.len()..], answer[..]);
+        assert_eq!((steps.evaluations, steps.forced), (5, 4));
+    }
+
+    #[test]
     fn a_refused_draft_is_cut_from_the_context_at_the_token_it_got_wrong() {
         let t = |v: &[i32]| v.iter().map(|&x| LlamaToken(x)).collect::<Vec<_>>();
         let prompt = t(&[9, 5, 6, 1, 9]);
         let mut steps = Steps::new(&prompt, 4, 4);
         // Nothing seen follows "9 7" (or a longer tail): the token is evaluated alone.
-        let first = steps.picked(LlamaToken(7), 8);
+        let first = steps.picked(LlamaToken(7), 8, &[]);
         assert_eq!(
             first,
             Step::Evaluate {
                 cut: None,
                 from: 5,
-                tokens: t(&[7])
+                tokens: t(&[7]),
+                outputs: 0
             }
         );
         let steps_prompt = t(&[1, 9, 5, 6, 1, 9]);
         let mut steps = Steps::new(&steps_prompt, 5, 4);
         // The model picks 5 after "1 9": "1 9 5" was seen, followed by 6 1 9 5, drafted.
-        match steps.picked(LlamaToken(5), 8) {
-            Step::Evaluate { cut, from, tokens } => {
+        match steps.picked(LlamaToken(5), 8, &[]) {
+            Step::Evaluate {
+                cut, from, tokens, ..
+            } => {
                 assert_eq!((cut, from), (None, 6));
                 assert_eq!(tokens, t(&[5, 6, 1, 9, 5]));
             }
@@ -312,10 +407,12 @@ mod tests {
         }
         // The model confirms 6, then picks 2 where 1 was drafted: the context is cut back to
         // just after 6 (the confirmed), and 2 is evaluated there.
-        assert_eq!(steps.picked(LlamaToken(6), 8), Step::Confirmed);
+        assert_eq!(steps.picked(LlamaToken(6), 8, &[]), Step::Confirmed);
         assert_eq!(steps.at(), 1);
-        match steps.picked(LlamaToken(2), 8) {
-            Step::Evaluate { cut, from, tokens } => {
+        match steps.picked(LlamaToken(2), 8, &[]) {
+            Step::Evaluate {
+                cut, from, tokens, ..
+            } => {
                 assert_eq!(cut, Some(8));
                 assert_eq!(from, 8);
                 assert_eq!(tokens[0], LlamaToken(2));
@@ -325,7 +422,7 @@ mod tests {
         assert_eq!((steps.checked, steps.confirmed), (4, 1));
         // No room left: nothing is drafted, and at the end nothing is left to cut.
         let mut last = Steps::new(&steps_prompt, 5, 4);
-        match last.picked(LlamaToken(5), 0) {
+        match last.picked(LlamaToken(5), 0, &[]) {
             Step::Evaluate { tokens, .. } => assert_eq!(tokens, t(&[5])),
             other => panic!("{other:?}"),
         }

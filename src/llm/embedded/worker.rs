@@ -139,6 +139,7 @@ pub(super) fn worker(
         model: &model,
         template: &template,
         draft_tokens: draft,
+        force_schema_text: config.force_schema_text,
         window,
     };
     let mut batcher = Batcher {
@@ -457,10 +458,15 @@ impl Batcher<'_, '_, '_> {
             if !s.writing() {
                 continue;
             }
-            let (from, tokens) = s.eval().expect("a writing sequence has tokens to evaluate");
+            let (from, tokens, outputs) =
+                s.eval().expect("a writing sequence has tokens to evaluate");
             let at = self.batch.n_tokens();
             for (k, &t) in tokens.iter().enumerate() {
-                if let Err(e) = self.batch.add(t, (from + k) as i32, &[s.seq as i32], true) {
+                let logits = k >= outputs;
+                if let Err(e) = self
+                    .batch
+                    .add(t, (from + k) as i32, &[s.seq as i32], logits)
+                {
                     tracing::error!(error = %e, "the batch is full");
                     break;
                 }
