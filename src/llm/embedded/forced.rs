@@ -42,8 +42,8 @@ enum End<'s> {
     Str(String, bool, &'s Value),
     /// Inside a number or a literal (`true`, `null`...).
     Scalar,
-    /// Between tokens of the JSON text, with these containers open (none: the answer has
-    /// not started, or it is over when `done`).
+    /// Between tokens of the JSON text, in the innermost container left open; `done` once
+    /// the whole answer is closed.
     Between { done: bool },
 }
 
