@@ -128,6 +128,8 @@ pub struct Calls {
     provider: Arc<dyn Provider>,
     /// Turns of live intent analyses on the model (`calls.max_live_analyses`).
     analysis_turns: Arc<tokio::sync::Semaphore>,
+    /// Places for calls read ahead before they ask (`calls.ready_before_analyze`).
+    ready_places: Arc<crate::call_intent::ReadyPlaces>,
     /// Counters across calls.
     pub stats: Arc<LiveStats>,
     /// Calls in progress, for the dashboard.
@@ -147,6 +149,7 @@ impl Calls {
         let analysis_turns = Arc::new(tokio::sync::Semaphore::new(
             config.calls.max_live_analyses.max(1),
         ));
+        let ready_places = crate::call_intent::ReadyPlaces::new(config.calls.ready_before_analyze);
         Self {
             quotas: Arc::new(quotas),
             config,
@@ -158,6 +161,7 @@ impl Calls {
             running: Mutex::default(),
             watching: std::sync::Once::new(),
             analysis_turns,
+            ready_places,
             provider,
             stats: Arc::new(LiveStats::default()),
         }
@@ -170,6 +174,7 @@ impl Calls {
             self.quotas.clone(),
             account.clone(),
             self.analysis_turns.clone(),
+            self.ready_places.clone(),
         ))
     }
 

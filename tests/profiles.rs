@@ -7,8 +7,9 @@ mod common;
 use callstream::llm::embedded::{EmbeddedConfig, EmbeddedLlm};
 use std::sync::Arc;
 
+use callstream::llm::fair::Class;
 use callstream::llm::profiles::{
-    analyse, analyse_checked, intent_labels, Confidence, Layout, LlmIntent, ProfileKind,
+    analyse, analyse_checked, intent_labels, messages, Confidence, Layout, LlmIntent, ProfileKind,
     FILE_LAYOUT, LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
@@ -671,7 +672,7 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
     // analyze) are read while the model is idle: the next analysis evaluates next to nothing.
     let latest = format!("{later}Agent: Great, I will send a proposal on Friday.\n");
     let before = llm.prompt_stats();
-    LlmIntent::new(llm.clone()).prefill(latest.clone());
+    LlmIntent::new(llm.clone()).prefill(latest.clone(), true);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while llm.prompt_stats() == before {
         assert!(
@@ -682,4 +683,41 @@ async fn evaluated_prompts_are_reused_across_requests_analyses_and_a_growing_tra
     }
     let (evaluated, prompt, _) = evaluated_for(llm, ProfileKind::Intent, live, &latest).await;
     assert!(evaluated <= 16, "{evaluated} of {prompt} evaluated");
+
+    // A call read ahead before it has asked (an organisation's warm-up of the batch class, as
+    // the service does for the calls holding a place for it) is read to its end too, as that
+    // organisation's: the call's first analysis evaluates next to nothing.
+    let asks = format!("{latest}Customer: And is the price per seat or per site?\n");
+    let model: Arc<dyn Provider> = llm.clone();
+    let ahead = callstream::llm::for_tenant(model.clone(), "org_a", Class::Batch);
+    let before = llm.prompt_stats();
+    ahead.prefill(
+        messages(
+            ProfileKind::Intent,
+            live,
+            Confidence::of(llm.as_ref()),
+            &asks,
+        ),
+        None,
+        Class::Batch,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while llm.prompt_stats().warmed == before.warmed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call was never read ahead"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let before = llm.prompt_stats();
+    let call = callstream::llm::for_tenant(model, "org_a", Class::Live);
+    let (_, usage) = analyse(call.as_ref(), ProfileKind::Intent, live, &asks, None)
+        .await
+        .unwrap();
+    let evaluated = llm.prompt_stats().evaluated - before.evaluated;
+    assert!(
+        evaluated <= 16,
+        "{evaluated} of {} evaluated",
+        usage.prompt_tokens
+    );
 }

@@ -4,9 +4,9 @@
 //! waits its turn) collapse into exactly one follow-up run, which reads the transcript as it
 //! is when that run starts.
 //!
-//! Once a call has asked for its intent, it is likely to ask again: from then on each final
-//! transcript is handed to the classifier to prepare ([`IntentClassifier::prefill`]), so that
-//! the next request finds most of the transcript already read.
+//! Each final transcript is handed to the classifier to prepare ([`IntentClassifier::prefill`]),
+//! so that the next request finds most of the transcript already read; the classifier is told
+//! whether the call has asked for its intent yet (one that has is likely to ask again).
 
 use std::sync::Arc;
 
@@ -135,9 +135,10 @@ impl Actor for Intent {
         match message {
             IntentMsg::Line(at, who, text) => {
                 state.lines.push((at, who, text));
-                if state.asked {
-                    state.args.classifier.prefill(state.transcript());
-                }
+                state
+                    .args
+                    .classifier
+                    .prefill(state.transcript(), state.asked);
             }
             IntentMsg::Analyze if state.running => {
                 if state.follow_up {
@@ -176,16 +177,17 @@ mod tests {
     use super::*;
     use crate::call::IntentFuture;
 
-    /// Answers at once with the lines it was given and records what it is asked to prepare.
-    struct Recorder(Arc<Mutex<Vec<String>>>);
+    /// Answers at once with the lines it was given and records what it is asked to prepare
+    /// (and whether the call had asked by then).
+    struct Recorder(Arc<Mutex<Vec<(String, bool)>>>);
 
     impl IntentClassifier for Recorder {
         fn classify(&self, transcript: String) -> IntentFuture {
             Box::pin(async move { Ok(Value::from(transcript.lines().count())) })
         }
 
-        fn prefill(&self, transcript: String) {
-            self.0.lock().push(transcript);
+        fn prefill(&self, transcript: String, asked: bool) {
+            self.0.lock().push((transcript, asked));
         }
     }
 
@@ -217,7 +219,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn after_the_first_analyze_each_line_is_handed_over_to_prepare() {
+    async fn each_line_is_handed_over_to_prepare_saying_whether_the_call_asked() {
         let (tx, mut outcomes) = mpsc::unbounded_channel();
         let (sink, _) = Actor::spawn(None, Sink, tx).await.unwrap();
         let prefills = Arc::new(Mutex::new(Vec::new()));
@@ -242,17 +244,27 @@ mod tests {
         intent.cast(IntentMsg::Analyze).unwrap();
         let first = outcomes.recv().await.unwrap().0.unwrap();
         assert_eq!(first, Value::from(2));
-        // Nobody asked before: nothing was prepared.
-        assert!(prefills.lock().is_empty());
+        // Each line so far was handed over as the transcript up to it, before anyone asked.
+        assert_eq!(
+            *prefills.lock(),
+            [
+                ("Customer: my router keeps dropping.\n".to_owned(), false),
+                (
+                    "Customer: my router keeps dropping.\nAgent: let me check.\n".to_owned(),
+                    false
+                ),
+            ]
+        );
         // A line that belongs before the last one (another channel, later) goes in time order.
         line(4.0, "Customer", "since Monday.");
         line(3.0, "Agent", "is the light green?");
         intent.cast(IntentMsg::Analyze).unwrap();
         assert_eq!(outcomes.recv().await.unwrap().0.unwrap(), Value::from(4));
         let prefills = prefills.lock().clone();
-        assert_eq!(prefills.len(), 2);
+        assert_eq!(prefills.len(), 4);
+        assert!(prefills[2].1 && prefills[3].1, "asked by then");
         assert_eq!(
-            prefills[1],
+            prefills[3].0,
             "Customer: my router keeps dropping.\nAgent: let me check.\n\
              Agent: is the light green?\nCustomer: since Monday.\n"
         );

@@ -14,11 +14,13 @@ pub trait IntentClassifier: Send + Sync + 'static {
     /// Starts a classification.
     fn classify(&self, transcript: String) -> IntentFuture;
 
-    /// Tells the classifier that a classification of a transcript starting with `transcript`
-    /// is likely, so that it can prepare in the background (a language model that keeps
-    /// evaluated prompts evaluates it while idle). Returns at once; the default ignores it.
-    fn prefill(&self, transcript: String) {
-        let _ = transcript;
+    /// Tells the classifier the call's transcript so far, `transcript`, after each new line, so
+    /// that it can prepare the next classification in the background (a language model that
+    /// keeps evaluated prompts reads it ahead). `asked`: the call has asked for its intent
+    /// already, and is likely to ask again; a call that has not may be prepared only as far as
+    /// the classifier can afford. Returns at once; the default ignores it.
+    fn prefill(&self, transcript: String, asked: bool) {
+        let _ = (transcript, asked);
     }
 }
 

@@ -3,8 +3,9 @@
 //! - organisation A asks for a long answer; a few seconds later organisation B asks for one
 //!   word: B's latency, and A's;
 //! - organisation F's file analyses (intent, BANT, NEAT-P of a long call, the batch class) run;
-//!   meanwhile organisation L's live call asks for its intent (the live class) on a 5-minute
-//!   transcript, kept warm as the service keeps it: each ask's latency, and the analyses' time.
+//!   meanwhile organisation L's live call, its transcript read ahead line by line as the
+//!   service reads it, asks for its intent for the first time (the live class) on a 5-minute
+//!   transcript, then again: each ask's latency, and the analyses' time.
 
 use super::*;
 
@@ -16,6 +17,9 @@ use callstream::llm::profiles::{
     analyse, messages, Confidence, ProfileKind, FILE_LAYOUT, LIVE_LAYOUT,
 };
 use callstream::llm::{for_tenant, Generation, Message, Role, Sampling};
+
+/// How far apart the last lines of the live call come while the file's analyses run.
+const LINE_EVERY: Duration = Duration::from_millis(1500);
 
 /// A chat turn of `org` asking for `max_tokens`.
 fn chat(org: &str, question: &str, max_tokens: u32) -> Generation {
@@ -61,7 +65,12 @@ fn dialogue_of(set: &Path, chars: usize, opening: &str) -> anyhow::Result<String
 }
 
 /// `bench fairness`.
-pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Result<()> {
+pub(super) fn fairness(
+    config: &Config,
+    set: &Path,
+    delay_s: f64,
+    cold: bool,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let provider = callstream::llm::build_provider(config)?;
     println!(
@@ -118,22 +127,23 @@ pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Res
         )?;
         let batch = for_tenant(provider.clone(), "org_f", Class::Batch);
         let calls = for_tenant(provider.clone(), "org_l", Class::Live);
-        // The live call's lines so far were made ready as they came (the service hands each
-        // final line to the model after the call's first analyze): all but its last few are
-        // evaluated before the file's analyses start.
+        // The service reads a call's transcript ahead line by line (before its first analyze
+        // for the calls holding a place for it, as the batch class's work): all but its last
+        // few lines were read before the file's analyses start ...
         let cut = live[..live.len() - 400]
             .rfind('\n')
             .map_or(live.len(), |i| i + 1);
-        crate::cli::bench_analysis::evaluate(
-            calls.as_ref(),
+        let prompt = |upto: &str| {
             messages(
                 ProfileKind::Intent,
                 LIVE_LAYOUT,
                 Confidence::of(calls.as_ref()),
-                &live[..cut],
-            ),
-        )
-        .await?;
+                upto,
+            )
+        };
+        if !cold {
+            crate::cli::bench_analysis::evaluate(calls.as_ref(), prompt(&live[..cut])).await?;
+        }
         let analyses = {
             let batch = batch.clone();
             let file = file.clone();
@@ -148,9 +158,24 @@ pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Res
                 Ok::<_, anyhow::Error>((started.elapsed().as_secs_f64(), each))
             })
         };
+        // ... and the rest come while they run, a line every LINE_EVERY, each handed over as
+        // the service hands a final transcript over before the call has asked.
+        let ahead = for_tenant(provider.clone(), "org_l", Class::Batch);
+        let mut end = cut;
+        while let Some(n) = live[end..].find('\n') {
+            tokio::time::sleep(LINE_EVERY).await;
+            end += n + 1;
+            if !cold {
+                ahead.prefill(prompt(&live[..end]), None, Class::Batch);
+            }
+        }
+        // The call asks for the first time a moment after its last line, then every `delay_s`.
+        tokio::time::sleep(LINE_EVERY).await;
         let mut asks = Vec::new();
         while !analyses.is_finished() && asks.len() < 5 {
-            tokio::time::sleep(Duration::from_secs_f64(delay_s)).await;
+            if !asks.is_empty() {
+                tokio::time::sleep(Duration::from_secs_f64(delay_s)).await;
+            }
             let started = Instant::now();
             analyse(calls.as_ref(), ProfileKind::Intent, LIVE_LAYOUT, &live, None).await?;
             asks.push(started.elapsed().as_secs_f64());
@@ -166,9 +191,14 @@ pub(super) fn fairness(config: &Config, set: &Path, delay_s: f64) -> anyhow::Res
                 .join(", ")
         );
         println!(
-            "  the live call's intent ({} characters of transcript), asked every {delay_s:.1} s while they ran: {}",
+            "  the live call's intent ({} characters of transcript{}; its last {} lines came {:.1} s apart while they ran): first asked {}, then every {delay_s:.1} s: {}",
             live.len(),
+            if cold { ", not read ahead" } else { "" },
+            live[cut..].lines().count(),
+            LINE_EVERY.as_secs_f64(),
+            asks.first().map_or("never (the analyses ended first)".to_owned(), |s| format!("{s:.2} s")),
             asks.iter()
+                .skip(1)
                 .map(|s| format!("{s:.2} s"))
                 .collect::<Vec<_>>()
                 .join(", ")

@@ -150,6 +150,10 @@ pub enum BenchCommand {
         /// live call's asks).
         #[arg(long, default_value_t = 3.0)]
         delay: f64,
+        /// The live call's transcript is not read ahead before it asks (a call past
+        /// `calls.ready_before_analyze`): its first ask reads all of it.
+        #[arg(long)]
+        cold: bool,
     },
     /// Search over the call history at size: fills the configured store (sled in a temporary
     /// directory, or the configured PostgreSQL: use a scratch database) with calls whose lines
@@ -241,7 +245,7 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             concurrency,
             record,
         } => llm(config, runs, context, &concurrency)?.record(record.as_deref()),
-        BenchCommand::Fairness { set, delay } => fairness(config, &set, delay),
+        BenchCommand::Fairness { set, delay, cold } => fairness(config, &set, delay, cold),
         BenchCommand::History {
             calls,
             lines,

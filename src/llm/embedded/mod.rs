@@ -227,8 +227,10 @@ impl EmbeddedLlm {
     /// same way (an analysis profile's prompt, a live call's transcript so far) finds it
     /// evaluated. Warm-ups take the model only while no request waits, and are dropped when
     /// [`WARM_QUEUE`] of them wait already. One of the live class is a live call's transcript
-    /// kept ready for its next `analyze`, and is read as live work (before chats and files);
-    /// the others (the service's own, at start) read only while no request is served.
+    /// kept ready for its next `analyze`, and is read as live work (before chats and files).
+    /// An organisation's of another class (a call's transcript kept ready before the call has
+    /// asked) is read as that class's work; the service's own (at start) only while no
+    /// request is served.
     pub fn warm(&self, messages: Vec<Message>, tenant: Option<String>, class: super::fair::Class) {
         let _ = self.warm.try_send(Generation {
             messages,

@@ -196,10 +196,11 @@ pub(super) fn kv_cells(shape: &KvShape, budget: usize, one: usize, sequences: us
     cells.div_ceil(256) * 256
 }
 
-/// A sequence's class as a rank: live 0 (a live call's transcript kept ready too),
-/// interactive 1, batch 2, the service's own warm-ups 3.
+/// A sequence's class as a rank: live 0 (a live call's transcript kept ready after it asked
+/// too), interactive 1, batch 2 (with a call's transcript kept ready before it asked: an
+/// organisation's warm-up of the batch class), the service's own warm-ups 3.
 fn class_rank(s: &Sequence) -> u8 {
-    if s.warm() && s.class != crate::llm::fair::Class::Live {
+    if s.warm() && s.tenant.is_none() && s.class != crate::llm::fair::Class::Live {
         3
     } else {
         match s.class {
@@ -353,8 +354,8 @@ impl Batcher<'_, '_, '_> {
     }
 
     /// The warm-up to start now, if any, one at a time of each kind: a live call's transcript
-    /// (live work) whenever a sequence is idle; the service's own only while nothing else
-    /// waits and no other warm-up runs.
+    /// (live work) whenever a sequence is idle; the others (a call's transcript before it
+    /// asked, the service's own) only while nothing else waits and no other warm-up runs.
     fn next_warm_up(
         &self,
         pending: &mut std::collections::VecDeque<Generation>,
@@ -388,7 +389,8 @@ impl Batcher<'_, '_, '_> {
         }
         match Sequence::new(self.decoder, job.generation, job.deltas, job.done) {
             Ok(s) => {
-                if s.class == crate::llm::fair::Class::Live {
+                // A call's transcript kept ready, asked or not, is a call streaming too.
+                if s.class == crate::llm::fair::Class::Live || (s.warm() && s.tenant.is_some()) {
                     self.live_seen = Some(Instant::now());
                 }
                 self.waiting.push(s);

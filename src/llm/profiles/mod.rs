@@ -195,9 +195,13 @@ impl IntentClassifier for LlmIntent {
         })
     }
 
-    /// The call's intent prompt so far, for the model to evaluate while it is idle: the next
-    /// `classify` of this call then evaluates only what was said since.
-    fn prefill(&self, transcript: String) {
+    /// The call's intent prompt so far, for the model to evaluate while it is idle once the
+    /// call has asked: the next `classify` of this call then evaluates only what was said
+    /// since. (The service's own classifier also reads a few calls ahead before they ask.)
+    fn prefill(&self, transcript: String, asked: bool) {
+        if !asked {
+            return;
+        }
         self.provider.prefill(
             messages(
                 ProfileKind::Intent,
