@@ -196,18 +196,18 @@ pub(super) fn kv_cells(shape: &KvShape, budget: usize, one: usize, sequences: us
     cells.div_ceil(256) * 256
 }
 
-/// A sequence's class as a rank: live 0 (a live call's transcript kept ready after it asked
-/// too), interactive 1, batch 2 (with a call's transcript kept ready before it asked: an
-/// organisation's warm-up of the batch class), the service's own warm-ups 3.
+/// A sequence's class as a rank: live 0 (with a live call's transcript read ahead after the
+/// call asked), interactive 1, a call's transcript read ahead before it asked 2 (an
+/// organisation's warm-up of another class: a line or two at a time, read before files'
+/// prompts so that a long one cannot hold it back), batch 3, the service's own warm-ups 4.
 fn class_rank(s: &Sequence) -> u8 {
-    if s.warm() && s.tenant.is_none() && s.class != crate::llm::fair::Class::Live {
-        3
-    } else {
-        match s.class {
-            crate::llm::fair::Class::Live => 0,
-            crate::llm::fair::Class::Interactive => 1,
-            crate::llm::fair::Class::Batch => 2,
-        }
+    use crate::llm::fair::Class;
+    match (s.class, s.warm(), s.tenant.is_some()) {
+        (Class::Live, _, _) => 0,
+        (Class::Interactive, false, _) => 1,
+        (_, true, true) => 2,
+        (Class::Batch, false, _) => 3,
+        (_, true, false) => 4,
     }
 }
 
@@ -354,8 +354,8 @@ impl Batcher<'_, '_, '_> {
     }
 
     /// The warm-up to start now, if any, one at a time of each kind: a live call's transcript
-    /// (live work) whenever a sequence is idle; the others (a call's transcript before it
-    /// asked, the service's own) only while nothing else waits and no other warm-up runs.
+    /// (live work) whenever a sequence is idle; a call's transcript before it asked while no
+    /// request waits; the service's own while nothing waits and no other warm-up runs.
     fn next_warm_up(
         &self,
         pending: &mut std::collections::VecDeque<Generation>,
@@ -373,7 +373,22 @@ impl Batcher<'_, '_, '_> {
                 return pending.remove(i);
             }
         }
-        if self.waiting.is_empty() && !self.running.iter().any(Sequence::warm) {
+        if !self.waiting.is_empty() {
+            return None;
+        }
+        // A call's transcript before it asked: not held back by the service's own warm-up,
+        // which reads nothing while requests are served.
+        let ahead = |g: &Generation| !live(g) && g.tenant.is_some();
+        let ahead_running = self
+            .running
+            .iter()
+            .any(|s| s.warm() && s.tenant.is_some() && s.class != crate::llm::fair::Class::Live);
+        if !ahead_running {
+            if let Some(i) = pending.iter().position(ahead) {
+                return pending.remove(i);
+            }
+        }
+        if !self.running.iter().any(Sequence::warm) {
             if let Some(i) = pending.iter().position(|g| !live(g)) {
                 return pending.remove(i);
             }
@@ -414,6 +429,14 @@ impl Batcher<'_, '_, '_> {
             {
                 Some(placed) => {
                     let mut s = self.waiting.remove(i);
+                    tracing::debug!(
+                        rank = class_rank(&s),
+                        warm = s.warm(),
+                        seq = placed.seq,
+                        reused = placed.reused,
+                        tokens = s.tokens.len(),
+                        "placed"
+                    );
                     s.placed(placed.seq, placed.reused);
                     self.running.push(s);
                 }
@@ -507,9 +530,9 @@ impl Batcher<'_, '_, '_> {
                 break;
             }
             let class = class_rank(&self.running[i]);
-            let most = if (live && class > 0) || (class == 3 && requests) {
+            let most = if (live && class > 0) || (class == 4 && requests) {
                 0
-            } else if class == 3 {
+            } else if class == 4 {
                 self.prompt_cost.chunk(STEP_WARM_UP, WARM_CHUNK)
             } else if best_writer.is_some_and(|w| w < class) {
                 YIELD_CHUNK
