@@ -6,8 +6,9 @@
 //! transcript, without the model and unbilled.
 //!
 //! Between runs the model reads the call's transcript ahead, line by line, so that the next
-//! `analyze` finds it read: after the call's first `analyze` as live work, and before it as
-//! the batch class's work for the few calls that hold one of the instance's places for it
+//! `analyze` finds it read: after the call's first `analyze` as live work, and before it,
+//! after chats and before files' prompts (an organisation's warm-up of the batch class), for
+//! the few calls that hold one of the instance's places for it
 //! ([`ReadyPlaces`]), since reading every call's transcript would take the model from
 //! everyone for calls that may never ask.
 

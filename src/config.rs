@@ -460,7 +460,7 @@ pub struct CallsConfig {
     /// more wait their turn (coalescing their requests) rather than fill the model's queue.
     pub max_live_analyses: usize,
     /// Calls of this instance whose transcript the language model reads ahead, line by line,
-    /// before they have asked for their intent (as the batch class's work), so that a first
+    /// before they have asked for their intent (after chats, before files' prompts), so that a first
     /// `analyze` finds it read; a call that has asked is always read ahead (as live work).
     pub ready_before_analyze: usize,
     /// Frames read from a call's socket and not yet taken by its transcribers.

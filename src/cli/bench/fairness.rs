@@ -128,7 +128,7 @@ pub(super) fn fairness(
         let batch = for_tenant(provider.clone(), "org_f", Class::Batch);
         let calls = for_tenant(provider.clone(), "org_l", Class::Live);
         // The service reads a call's transcript ahead line by line (before its first analyze
-        // for the calls holding a place for it, as the batch class's work): all but its last
+        // for the calls holding a place for it, after chats and before files' prompts): all but its last
         // few lines were read before the file's analyses start ...
         let cut = live[..live.len() - 400]
             .rfind('\n')

@@ -284,7 +284,7 @@ struct Batcher<'a, 'm, 'c> {
     /// What a prompt token costs here, which sizes every prompt chunk.
     prompt_cost: PromptCost,
     sequences: usize,
-    /// When the last live request (or a live call's warm-up) arrived.
+    /// When the last live request (or a live call's read-ahead, asked or not) arrived.
     live_seen: Option<Instant>,
     /// Readied, waiting for a sequence (or for cells).
     waiting: Vec<Sequence>,
