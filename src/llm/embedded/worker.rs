@@ -196,6 +196,22 @@ pub(super) fn kv_cells(shape: &KvShape, budget: usize, one: usize, sequences: us
     cells.div_ceil(256) * 256
 }
 
+/// Whether warm-up `earlier` is of no use once `later` is pending: the same organisation and
+/// class, the same conversation up to its last message, which `later` continues (a call's
+/// transcript with more lines).
+fn superseded(earlier: &Generation, later: &Generation) -> bool {
+    let (Some((last, before)), Some((later_last, later_before))) =
+        (earlier.messages.split_last(), later.messages.split_last())
+    else {
+        return false;
+    };
+    earlier.tenant == later.tenant
+        && earlier.class == later.class
+        && before == later_before
+        && last.role == later_last.role
+        && later_last.content.starts_with(&last.content)
+}
+
 /// A sequence's class as a rank: live 0 (with a live call's transcript read ahead after the
 /// call asked), interactive 1, a call's transcript read ahead before it asked 2 (an
 /// organisation's warm-up of another class: a line or two at a time, read before files'
@@ -309,6 +325,8 @@ impl Batcher<'_, '_, '_> {
                 self.accept(job);
             }
             while let Ok(generation) = warm.try_recv() {
+                // What the new one reads ahead covers an earlier one of the same call.
+                pending.retain(|earlier| !superseded(earlier, &generation));
                 pending.push_back(generation);
                 if pending.len() > WARM_QUEUE {
                     pending.pop_front();
@@ -650,7 +668,64 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::fair::Class;
+    use crate::llm::{Message, Role, Sampling};
     use std::time::Duration;
+
+    fn warm_up(tenant: Option<&str>, class: Class, transcript: &str) -> Generation {
+        Generation {
+            messages: vec![
+                Message::new(Role::System, "Classify the intent."),
+                Message::new(Role::User, format!("Transcript:\n{transcript}")),
+            ],
+            tools: Vec::new(),
+            sampling: Sampling {
+                max_tokens: 0,
+                ..Sampling::default()
+            },
+            json_schema: None,
+            response_format: None,
+            odds: None,
+            tenant: tenant.map(str::to_owned),
+            class,
+        }
+    }
+
+    #[test]
+    fn a_warm_up_is_superseded_only_by_the_same_calls_longer_transcript() {
+        let line = "Customer: my router keeps dropping.\n";
+        let two = format!("{line}Agent: let me check.\n");
+        let earlier = warm_up(Some("org_a"), Class::Batch, line);
+        assert!(superseded(
+            &earlier,
+            &warm_up(Some("org_a"), Class::Batch, &two)
+        ));
+        assert!(superseded(
+            &earlier,
+            &warm_up(Some("org_a"), Class::Batch, line)
+        ));
+        // Another organisation, another class, another transcript: both are kept.
+        assert!(!superseded(
+            &earlier,
+            &warm_up(Some("org_b"), Class::Batch, &two)
+        ));
+        assert!(!superseded(
+            &earlier,
+            &warm_up(Some("org_a"), Class::Live, &two)
+        ));
+        assert!(!superseded(
+            &warm_up(Some("org_a"), Class::Batch, &two),
+            &earlier
+        ));
+        let mut other_prompt = warm_up(Some("org_a"), Class::Batch, &two);
+        other_prompt.messages[0].content = "Summarise.".into();
+        assert!(!superseded(&earlier, &other_prompt));
+        // The service's own (no organisation) is not a call's.
+        assert!(!superseded(
+            &warm_up(None, Class::Batch, ""),
+            &warm_up(Some("org_a"), Class::Batch, line)
+        ));
+    }
 
     #[test]
     fn a_step_reads_as_many_prompt_tokens_as_fit_its_time_on_this_cpu() {
