@@ -13,6 +13,7 @@
 //! everyone for calls that may never ask.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,6 +135,8 @@ pub struct CallIntent {
     turns: Arc<Semaphore>,
     places: Arc<ReadyPlaces>,
     ahead: Mutex<Ahead>,
+    /// False once a run found the organisation's chat-token pool used up (until one does not).
+    paid_up: Arc<AtomicBool>,
 }
 
 impl CallIntent {
@@ -159,6 +162,7 @@ impl CallIntent {
             turns,
             places,
             ahead: Mutex::new(Ahead::Without),
+            paid_up: Arc::new(AtomicBool::new(true)),
         }
     }
 }
@@ -175,6 +179,7 @@ impl IntentClassifier for CallIntent {
         let quotas = self.quotas.clone();
         let account = self.account.clone();
         let turns = self.turns.clone();
+        let paid_up = self.paid_up.clone();
         Box::pin(async move {
             if !has_speech(&transcript) {
                 // Answered without the model (see `analyse`): nothing to bill or wait for.
@@ -198,7 +203,11 @@ impl IntentClassifier for CallIntent {
                     tracing::warn!(error = %e, "intent analysis: the token quota cannot be read");
                     "the chat-token quota cannot be read right now".to_owned()
                 })?
-                .ok_or_else(|| "this organisation's chat-token quota is used up".to_owned())?;
+                .ok_or_else(|| "this organisation's chat-token quota is used up".to_owned());
+            // Reading ahead for a call whose organisation cannot pay for the next run would be
+            // model time nobody is billed for: it stops until a run is paid for again.
+            paid_up.store(reservation.is_ok(), Ordering::Relaxed);
+            let reservation = reservation?;
             let _turn = turns
                 .acquire_owned()
                 .await
@@ -232,6 +241,9 @@ impl IntentClassifier for CallIntent {
     }
 
     fn prefill(&self, transcript: String, asked: bool) {
+        if !self.paid_up.load(Ordering::Relaxed) {
+            return;
+        }
         let (provider, class) = {
             let mut ahead = self.ahead.lock();
             if asked {
@@ -372,20 +384,68 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn a_call_is_read_ahead_while_it_holds_a_place_and_after_it_asked() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Arc::new(crate::config::Config::load_with_env(None, []).unwrap());
+    /// Quotas over a new store in `dir`, the free plan holding `tokens` chat tokens a month.
+    fn quotas_in(
+        dir: &std::path::Path,
+        tokens: u64,
+    ) -> (Arc<Quotas>, Arc<dyn crate::store::Store>) {
+        let env = [(
+            "CALLSTREAM_PLANS__FREE__CHAT_TOKENS_PER_MONTH".to_owned(),
+            tokens.to_string(),
+        )];
+        let config = Arc::new(crate::config::Config::load_with_env(None, env).unwrap());
         let store: Arc<dyn crate::store::Store> = Arc::new(
             crate::store::SledStore::open(
-                dir.path(),
+                dir,
                 crate::store::SecretBox::new(&[7; crate::store::crypto::KEY_LEN]),
             )
             .unwrap(),
         );
         let shared: Arc<dyn crate::store::SharedState> =
             Arc::new(crate::store::shared::Local::default());
-        let quotas = Arc::new(Quotas::new(config, store, shared));
+        (Arc::new(Quotas::new(config, store.clone(), shared)), store)
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_organisation_cannot_pay_is_not_read_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pool smaller than one run.
+        let (quotas, store) = quotas_in(dir.path(), 100);
+        store
+            .insert_org(&crate::store::Org {
+                id: "org_a".into(),
+                name: "Acme".into(),
+                system_prompt: None,
+                mcp: None,
+                mcp_allow: Vec::new(),
+                history: Default::default(),
+                plan: "free".into(),
+                deleted: false,
+                created_at_ms: 0,
+            })
+            .await
+            .unwrap();
+        let provider = Arc::new(Prepares::default());
+        let places = ReadyPlaces::new(1);
+        let call = intent_of("org_a", provider.clone(), &places, &quotas);
+        call.prefill("Customer: I want to cancel.\n".into(), true);
+        let refused = call
+            .classify("Customer: I want to cancel.\n".into())
+            .await
+            .unwrap_err();
+        assert!(refused.contains("quota is used up"), "{refused}");
+        call.prefill("Customer: I want to cancel.\nAgent: Why?\n".into(), true);
+        assert_eq!(
+            provider.0.lock().len(),
+            1,
+            "read ahead only before the refusal"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_is_read_ahead_while_it_holds_a_place_and_after_it_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (quotas, _) = quotas_in(dir.path(), 100_000);
         let provider = Arc::new(Prepares::default());
         let places = ReadyPlaces::new(1);
         let first = intent_of("org_a", provider.clone(), &places, &quotas);
