@@ -241,15 +241,16 @@ impl IntentClassifier for CallIntent {
     }
 
     fn prefill(&self, transcript: String, asked: bool) {
-        if !self.paid_up.load(Ordering::Relaxed) {
-            return;
-        }
         let (provider, class) = {
             let mut ahead = self.ahead.lock();
             if asked {
                 // Its place, if any, goes back: live work needs none.
                 *ahead = Ahead::Asked;
-            } else if let Ahead::Without = *ahead {
+            }
+            if !self.paid_up.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Ahead::Without = *ahead {
                 if let Some(place) = self.places.take(&self.account.org_id, Instant::now()) {
                     *ahead = Ahead::Holding { _place: place };
                 }
@@ -428,7 +429,8 @@ mod tests {
         let provider = Arc::new(Prepares::default());
         let places = ReadyPlaces::new(1);
         let call = intent_of("org_a", provider.clone(), &places, &quotas);
-        call.prefill("Customer: I want to cancel.\n".into(), true);
+        call.prefill("Customer: I want to cancel.\n".into(), false);
+        assert_eq!(places.held(), 1);
         let refused = call
             .classify("Customer: I want to cancel.\n".into())
             .await
@@ -440,6 +442,7 @@ mod tests {
             1,
             "read ahead only before the refusal"
         );
+        assert_eq!(places.held(), 0, "its place went back when it asked");
     }
 
     #[tokio::test]
