@@ -18,7 +18,7 @@ use callstream::llm::profiles::{
     FILE_LAYOUT, LIVE_LAYOUT,
 };
 use callstream::llm::Provider;
-use callstream::llm::{Generation, Message, Sampling};
+use callstream::llm::{Generation, Message};
 use callstream_actors::asr::file::{transcribe_channels, FileSegment};
 use callstream_actors::asr::pool::AsrPool;
 use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
@@ -314,19 +314,8 @@ pub(crate) async fn evaluate(
     provider: &dyn Provider,
     messages: Vec<Message>,
 ) -> anyhow::Result<()> {
-    let generation = Generation {
-        messages,
-        tools: Vec::new(),
-        sampling: Sampling {
-            max_tokens: 0,
-            ..Sampling::default()
-        },
-        json_schema: None,
-        response_format: None,
-        odds: None,
-        tenant: None,
-        class: callstream::llm::fair::Class::default(),
-    };
+    let generation =
+        Generation::prompt_only(messages, None, callstream::llm::fair::Class::default());
     provider.generate(generation, None).await?;
     Ok(())
 }

@@ -138,6 +138,25 @@ pub struct Generation {
     pub class: fair::Class,
 }
 
+impl Generation {
+    /// Reading `messages` and answering nothing (a warm-up): `tenant`'s work of `class`.
+    pub fn prompt_only(messages: Vec<Message>, tenant: Option<String>, class: fair::Class) -> Self {
+        Self {
+            messages,
+            tools: Vec::new(),
+            sampling: Sampling {
+                max_tokens: 0,
+                ..Sampling::default()
+            },
+            json_schema: None,
+            response_format: None,
+            odds: None,
+            tenant,
+            class,
+        }
+    }
+}
+
 /// Wherever the answer so far ends with `after` (white space aside: a JSON answer may be
 /// spaced out), how likely the model finds each of `words` as what comes next (normalised
 /// over what the grammar allows there), before it picks.

@@ -229,22 +229,12 @@ impl EmbeddedLlm {
     /// [`WARM_QUEUE`] of them wait already. One of the live class is a live call's transcript
     /// kept ready for its next `analyze`, and is read as live work (before chats and files).
     /// An organisation's of another class (a call's transcript kept ready before the call has
-    /// asked) is read as that class's work; the service's own (at start) only while no
-    /// request is served.
+    /// asked) is read after chats and before files' prompts; the service's own (at start)
+    /// only while no request is served.
     pub fn warm(&self, messages: Vec<Message>, tenant: Option<String>, class: super::fair::Class) {
-        let _ = self.warm.try_send(Generation {
-            messages,
-            tools: Vec::new(),
-            sampling: super::Sampling {
-                max_tokens: 0,
-                ..super::Sampling::default()
-            },
-            json_schema: None,
-            response_format: None,
-            odds: None,
-            tenant,
-            class,
-        });
+        let _ = self
+            .warm
+            .try_send(Generation::prompt_only(messages, tenant, class));
     }
 }
 

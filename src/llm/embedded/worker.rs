@@ -669,26 +669,18 @@ impl Outbox {
 mod tests {
     use super::*;
     use crate::llm::fair::Class;
-    use crate::llm::{Message, Role, Sampling};
+    use crate::llm::{Message, Role};
     use std::time::Duration;
 
     fn warm_up(tenant: Option<&str>, class: Class, transcript: &str) -> Generation {
-        Generation {
-            messages: vec![
+        Generation::prompt_only(
+            vec![
                 Message::new(Role::System, "Classify the intent."),
                 Message::new(Role::User, format!("Transcript:\n{transcript}")),
             ],
-            tools: Vec::new(),
-            sampling: Sampling {
-                max_tokens: 0,
-                ..Sampling::default()
-            },
-            json_schema: None,
-            response_format: None,
-            odds: None,
-            tenant: tenant.map(str::to_owned),
+            tenant.map(str::to_owned),
             class,
-        }
+        )
     }
 
     #[test]
