@@ -409,40 +409,33 @@ pub async fn transcribe(
     }
 
     let started_analysis = Instant::now();
-    let (mut intent, mut bant, mut neat_p) = (None, None, None);
-    if let Some(llm) = engines.llm.as_ref().filter(|_| needs_model) {
-        // The payer's prompts are reused only for the payer.
-        let llm = match payer {
-            Some(payer) => crate::llm::for_tenant(
-                llm.clone(),
-                &payer.caller.org.id,
-                crate::llm::fair::Class::Batch,
-            ),
-            None => llm.clone(),
-        };
-        let labels: Vec<String> = segments.iter().map(|s| speaker_label(&s.speaker)).collect();
-        let spoken = dialogue(
-            segments
-                .iter()
-                .zip(&labels)
-                .map(|(s, label)| (label.as_str(), s.text.as_str())),
-        );
-        // One prompt for the three analyses but its last words: the transcript is evaluated
-        // once, and the model keeps it for the next analysis.
-        let seller = (channels > 1)
-            .then(|| seller_label(&engines.channel_roles))
-            .flatten();
-        let run = |kind| analyse(llm.as_ref(), kind, FILE_LAYOUT, &spoken, seller.as_deref());
-        if analyses.intent {
-            intent = Some(run(ProfileKind::Intent).await?.0);
+    let (intent, bant, neat_p) = match engines.llm.as_ref().filter(|_| needs_model) {
+        None => (None, None, None),
+        Some(llm) => {
+            // The payer's prompts are reused only for the payer.
+            let llm = match payer {
+                Some(payer) => crate::llm::for_tenant(
+                    llm.clone(),
+                    &payer.caller.org.id,
+                    crate::llm::fair::Class::Batch,
+                ),
+                None => llm.clone(),
+            };
+            let labels: Vec<String> = segments.iter().map(|s| speaker_label(&s.speaker)).collect();
+            let spoken = dialogue(
+                segments
+                    .iter()
+                    .zip(&labels)
+                    .map(|(s, label)| (label.as_str(), s.text.as_str())),
+            );
+            // One prompt for the three analyses but its last words: the transcript is evaluated
+            // once, and the model keeps it for the next analysis.
+            let seller = (channels > 1)
+                .then(|| seller_label(&engines.channel_roles))
+                .flatten();
+            analyse_transcript(llm.as_ref(), analyses, &spoken, seller.as_deref()).await?
         }
-        if analyses.bant {
-            bant = Some(run(ProfileKind::Bant).await?.0);
-        }
-        if analyses.neat_p {
-            neat_p = Some(run(ProfileKind::NeatP).await?.0);
-        }
-    }
+    };
     tracing::info!(
         audio_s = duration_ms as f64 / 1000.0,
         channels,
@@ -480,9 +473,168 @@ pub async fn transcribe(
     })
 }
 
+/// The records `analyses` asks for, of a file's `spoken` transcript: intent, BANT, NEAT-P.
+///
+/// The first analysis reads the transcript; the sales records then start from it together,
+/// their answers written side by side (one model step carries a token of each) where one after
+/// the other would take the sum of their times. Without intent, BANT reads the transcript
+/// alone first: two reading it at once would read it twice.
+pub async fn analyse_transcript(
+    llm: &dyn Provider,
+    analyses: Analyses,
+    spoken: &str,
+    seller: Option<&str>,
+) -> Result<(Option<Value>, Option<Value>, Option<Value>), LlmError> {
+    let run = |wanted: bool, kind| async move {
+        match wanted {
+            true => analyse(llm, kind, FILE_LAYOUT, spoken, seller)
+                .await
+                .map(|(record, _)| Some(record)),
+            false => Ok(None),
+        }
+    };
+    if analyses.intent {
+        let intent = run(true, ProfileKind::Intent).await?;
+        let (bant, neat_p) = tokio::try_join!(
+            run(analyses.bant, ProfileKind::Bant),
+            run(analyses.neat_p, ProfileKind::NeatP)
+        )?;
+        Ok((intent, bant, neat_p))
+    } else {
+        let bant = run(analyses.bant, ProfileKind::Bant).await?;
+        let neat_p = run(analyses.neat_p, ProfileKind::NeatP).await?;
+        Ok((None, bant, neat_p))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::seller_label;
+    use super::{analyse_transcript, seller_label, Analyses};
+    use crate::llm::{Completion, Deltas, FinishReason, Generation, LlmError, Provider, Usage};
+
+    /// A model that answers every analysis with nothing found, notes when each starts and
+    /// ends, and (with `meet`) holds the sales records until both have started.
+    struct Analyst {
+        meet: bool,
+        events: parking_lot::Mutex<Vec<String>>,
+        started: tokio::sync::Barrier,
+    }
+
+    impl Analyst {
+        fn new(meet: bool) -> Self {
+            Self {
+                meet,
+                events: Vec::new().into(),
+                started: tokio::sync::Barrier::new(2),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Provider for Analyst {
+        async fn generate(&self, g: Generation, _: Deltas) -> Result<Completion, LlmError> {
+            let schema = g.json_schema.map(|s| s.to_string()).unwrap_or_default();
+            let none = r#"{"status":"not_found","summary":"","confidence":0.9,"evidence":[]}"#;
+            let (kind, fields) = if schema.contains("economic_impact") {
+                let fields = ["need", "economic_impact", "access_to_authority"];
+                ("neat_p", [&fields[..], &["timeline", "priority"]].concat())
+            } else if schema.contains("budget") {
+                ("bant", vec!["budget", "authority", "need", "timeline"])
+            } else if schema.contains("intents") {
+                ("intent", Vec::new())
+            } else {
+                return Err(LlmError::Engine(format!("not an analysis: {schema}")));
+            };
+            self.events.lock().push(format!("{kind} starts"));
+            if self.meet && kind != "intent" {
+                let met =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), self.started.wait())
+                        .await;
+                if met.is_err() {
+                    self.events.lock().push(format!("{kind} waited alone"));
+                }
+            }
+            let text = match kind {
+                "intent" => {
+                    r#"{"intents":[{"intent":"billing_inquiry","confidence":"high"}],"reasoning":"a fee"}"#
+                        .to_owned()
+                }
+                _ => {
+                    let fields: Vec<String> =
+                        fields.iter().map(|f| format!(r#""{f}":{none}"#)).collect();
+                    format!("{{{}}}", fields.join(","))
+                }
+            };
+            self.events.lock().push(format!("{kind} ends"));
+            Ok(Completion {
+                text,
+                tool_calls: Vec::new(),
+                usage: Usage::default(),
+                finish: FinishReason::Stop,
+                odds: Vec::new(),
+            })
+        }
+
+        fn name(&self) -> &str {
+            "analyst"
+        }
+    }
+
+    const CALL: &str = "Agent: How can I help?\nCustomer: What is this fee on my bill?\n";
+
+    #[tokio::test]
+    async fn the_sales_records_are_written_side_by_side_after_intent() {
+        let model = Analyst::new(true);
+        let all = Analyses {
+            intent: true,
+            bant: true,
+            neat_p: true,
+        };
+        let (intent, bant, neat_p) = analyse_transcript(&model, all, CALL, Some("Agent"))
+            .await
+            .unwrap();
+        assert_eq!(intent.unwrap()["intents"][0]["intent"], "billing_inquiry");
+        assert_eq!(bant.unwrap()["budget"]["status"], "not_found");
+        assert_eq!(neat_p.unwrap()["priority"]["status"], "not_found");
+        let events = model.events.into_inner();
+        // Intent reads the transcript alone; then both records run at once, neither waiting
+        // for the other to end.
+        assert_eq!(events[..2], ["intent starts", "intent ends"]);
+        assert!(
+            !events.iter().any(|e| e.ends_with("waited alone")),
+            "{events:?}"
+        );
+        let mut sales = events[2..4].to_vec();
+        sales.sort();
+        assert_eq!(sales, ["bant starts", "neat_p starts"], "{events:?}");
+    }
+
+    #[tokio::test]
+    async fn without_intent_the_first_record_reads_the_transcript_alone() {
+        let model = Analyst::new(false);
+        let sales = Analyses {
+            intent: false,
+            bant: true,
+            neat_p: true,
+        };
+        let (intent, bant, neat_p) = analyse_transcript(&model, sales, CALL, Some("Agent"))
+            .await
+            .unwrap();
+        assert!(intent.is_none() && bant.is_some() && neat_p.is_some());
+        assert_eq!(
+            model.events.into_inner(),
+            ["bant starts", "bant ends", "neat_p starts", "neat_p ends"]
+        );
+        // Only what was asked for.
+        let model = Analyst::new(false);
+        let one = Analyses {
+            neat_p: true,
+            ..Analyses::default()
+        };
+        let got = analyse_transcript(&model, one, CALL, None).await.unwrap();
+        assert!(got.0.is_none() && got.1.is_none() && got.2.is_some());
+        assert_eq!(model.events.into_inner(), ["neat_p starts", "neat_p ends"]);
+    }
 
     #[test]
     fn the_seller_is_the_agent_channel_if_there_is_one() {

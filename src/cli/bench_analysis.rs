@@ -468,25 +468,30 @@ fn quality(
         if labels.contains(&call.intent.as_str()) {
             intent_top3 += 1;
         }
-        if !call.bant.is_empty() && !options.intent_only {
-            let b = runtime.block_on(run(
-                provider,
-                ProfileKind::Bant,
-                options.layout,
-                &transcript,
-                seller.as_deref(),
-            ))?;
+        // As the service does after intent: the two sales records side by side.
+        let sales = |labels: &[Label], kind| {
+            let wanted = !labels.is_empty() && !options.intent_only;
+            let (transcript, seller) = (&transcript, seller.as_deref());
+            async move {
+                match wanted {
+                    true => run(provider, kind, options.layout, transcript, seller)
+                        .await
+                        .map(Some),
+                    false => Ok(None),
+                }
+            }
+        };
+        let (b, p) = runtime.block_on(async {
+            tokio::try_join!(
+                sales(&call.bant, ProfileKind::Bant),
+                sales(&call.neat_p, ProfileKind::NeatP)
+            )
+        })?;
+        if let Some(b) = b {
             times.push((ProfileKind::Bant, b.secs));
             bant.add(call, &call.bant, &b.analysis);
         }
-        if !call.neat_p.is_empty() && !options.intent_only {
-            let p = runtime.block_on(run(
-                provider,
-                ProfileKind::NeatP,
-                options.layout,
-                &transcript,
-                seller.as_deref(),
-            ))?;
+        if let Some(p) = p {
             times.push((ProfileKind::NeatP, p.secs));
             neat_p.add(call, &call.neat_p, &p.analysis);
         }
@@ -641,16 +646,26 @@ fn speed(
                  Agent: It opens at nine.\n";
     runtime.block_on(async {
         let _ = run(provider, ProfileKind::Intent, FILE_LAYOUT, other, None).await?;
-        let mut total = 0.0;
-        for kind in ProfileKind::ALL {
-            let t = run(provider, kind, FILE_LAYOUT, &transcript, seller.as_deref()).await?;
-            total += t.secs;
+        // As the service analyses a file: intent, then the two sales records side by side.
+        let started = Instant::now();
+        let analyse = |kind| run(provider, kind, FILE_LAYOUT, &transcript, seller.as_deref());
+        let intent = analyse(ProfileKind::Intent).await?;
+        let (bant, neat_p) =
+            tokio::try_join!(analyse(ProfileKind::Bant), analyse(ProfileKind::NeatP))?;
+        for (kind, t) in [
+            (ProfileKind::Intent, intent),
+            (ProfileKind::Bant, bant),
+            (ProfileKind::NeatP, neat_p),
+        ] {
             println!(
                 "  {kind:?}: {:.1} s ({} prompt tokens, {} generated)",
                 t.secs, t.analysis.usage.prompt_tokens, t.analysis.usage.completion_tokens
             );
         }
-        println!("three analyses of the long call: {total:.1} s");
+        println!(
+            "three analyses of the long call (BANT and NEAT-P side by side): {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
         println!(
             "live call, intent asked as the transcript grows (another call analysed in between):"
         );
