@@ -39,6 +39,7 @@ BS = {0: None, 12: (256, 144), 14: (256, 210), 8: (32, 34)}
 def nbytes(dims, t):
     ne = int(np.prod(dims))
     if t == 0: return ne * 4
+    if t not in BS: sys.exit(f'tensor type {t} is not handled')
     b, s = BS[t]; return ne // b * s
 def q6k_deq(raw):
     b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 210)
@@ -54,11 +55,11 @@ def q6k_deq(raw):
         q4 = (L[:, 32:] >> 4) | (((H >> 6) & 3) << 4)
         for j, q in enumerate((q1, q2, q3, q4)):
             q = (q - 32).astype(np.float32)
-            # l in 0..32: is = l // 16; scale index is + 2*j
+            # Each 16 values of the 32 have a scale of their own.
             s = np.repeat(S[:, [2*j, 2*j+1]], 16, axis=1)
             y[:, 128*h + 32*j: 128*h + 32*j + 32] = d[:, None] * s * q
     return y.reshape(-1)
-CONVERT = {14} if len(sys.argv) < 4 else {12, 14}
+CONVERT = {12, 14} if sys.argv[3:] == ['all'] else {14}
 def q4k_deq(raw):
     b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 144)
     d = b[:, 0:2].copy().view(np.float16).astype(np.float32)[:, 0]
