@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use callstream::llm::profiles::claims::{bears_out, figures, Figure};
-use callstream_actors::asr::wer::{correct_words, normalise};
+use callstream_actors::asr::wer::{normalise, words_in_order};
 
 /// One labelled call.
 #[derive(Debug, PartialEq)]
@@ -72,15 +72,18 @@ const QUOTE_FROM_TURN: f64 = 0.5;
 
 /// The turn (numbered from 1) a quote comes from: the one holding the largest share of the
 /// quote's words in order, if that share is at least [`QUOTE_FROM_TURN`] and no other turn
-/// holds as much.
+/// holds as much. Words are compared by their [`stem`]: a transcription drops a plural's "s"
+/// more often than any other sound ("our front desk ... incoming call at peak time" for "our
+/// front desks ... incoming calls at peak times").
 pub fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
-    let words = normalise(quote);
+    let stems = |text: &str| -> Vec<String> { normalise(text).iter().map(|w| stem(w)).collect() };
+    let words = stems(quote);
     if words.is_empty() {
         return None;
     }
     let shares: Vec<f64> = turns
         .iter()
-        .map(|(_, said)| correct_words(said, quote) as f64 / words.len() as f64)
+        .map(|(_, said)| words_in_order(&stems(said), &words) as f64 / words.len() as f64)
         .collect();
     let best = shares.iter().copied().fold(0.0, f64::max);
     let mut at = shares.iter().enumerate().filter(|(_, s)| **s == best);
@@ -88,6 +91,23 @@ pub fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
         (Some((i, _)), None) if best >= QUOTE_FROM_TURN => Some(i + 1),
         _ => None,
     }
+}
+
+/// A normalised word without the "s" or "es" of a plural or a verb's third person: "desks",
+/// "desk" and "times", "time" compare equal. Words of three letters or fewer and words in "ss"
+/// ("business", "boss") stay whole.
+fn stem(word: &str) -> String {
+    if word.len() <= 3 || word.ends_with("ss") {
+        return word.to_owned();
+    }
+    let Some(single) = word.strip_suffix('s') else {
+        return word.to_owned();
+    };
+    single
+        .strip_suffix('e')
+        .filter(|w| w.ends_with("ch") || w.ends_with("sh") || w.ends_with('x'))
+        .unwrap_or(single)
+        .to_owned()
 }
 
 /// Whether the evidence of a field identified by the analysis supports its claim, on a call
@@ -200,10 +220,44 @@ mod tests {
             ),
             Some(2)
         );
+        // A transcription that drops plurals' endings.
+        let garbled: Vec<(bool, String)> = [
+            "Thanks for calling Orbit Telecom business sales.",
+            "Our front desks miss about a third of incoming calls at peak times, and those are lost memberships.",
+        ]
+        .iter()
+        .map(|t| (true, (*t).to_owned()))
+        .collect();
+        assert_eq!(
+            quoted_turn(
+                "Our front desk is a microphone on incoming call at peak time, and no one lost membership.",
+                &garbled
+            ),
+            Some(2)
+        );
         // Nothing like any turn, or as like two turns: from none.
         assert_eq!(quoted_turn("The board meets in June.", &turns), None);
         assert_eq!(quoted_turn("Okay, thanks.", &turns), None);
         assert_eq!(quoted_turn("", &turns), None);
+    }
+
+    #[test]
+    fn plurals_and_third_persons_are_stemmed_and_short_words_kept() {
+        for (word, stemmed) in [
+            ("desks", "desk"),
+            ("times", "time"),
+            ("memberships", "membership"),
+            ("matches", "match"),
+            ("boxes", "box"),
+            ("business", "business"),
+            ("boss", "boss"),
+            ("was", "was"),
+            ("its", "its"),
+            ("dollars", "dollar"),
+            ("niche", "niche"),
+        ] {
+            assert_eq!(stem(word), stemmed, "{word}");
+        }
     }
 
     #[test]
