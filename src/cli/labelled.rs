@@ -72,9 +72,9 @@ const QUOTE_FROM_TURN: f64 = 0.5;
 
 /// The turn (numbered from 1) a quote comes from: the one holding the largest share of the
 /// quote's words in order, if that share is at least [`QUOTE_FROM_TURN`] and no other turn
-/// holds as much. Words are compared by their [`stem`]: a transcription drops a plural's "s"
-/// more often than any other sound ("our front desk ... incoming call at peak time" for "our
-/// front desks ... incoming calls at peak times").
+/// holds as much. Words are compared by their [`stem`]: a transcription often drops a plural's
+/// "s" ("our front desk ... incoming call at peak time" for "our front desks ... incoming calls
+/// at peak times").
 pub fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
     let stems = |text: &str| -> Vec<String> { normalise(text).iter().map(|w| stem(w)).collect() };
     let words = stems(quote);
