@@ -347,6 +347,9 @@ async fn session(
     let key = key.expect("authenticated, so a key was given");
     let (turn_tx, mut turn_rx) = mpsc::channel::<ServerFrame>(64);
     let mut turn: Option<tokio::task::JoinHandle<()>> = None;
+    // Whether the running turn's last frame (done or error) has gone to the client: the turn
+    // then only has to return, and the client may already have sent its next message.
+    let mut turn_ended = false;
     // With a shared database the key is checked when any instance announces a change (and
     // now and then); alone, on a short timer.
     let mut changes = app.shared.changes();
@@ -375,6 +378,14 @@ async fn session(
                 }
                 idle_at = tokio::time::Instant::now() + idle;
                 let Ok(text) = msg.to_str() else { continue };
+                if turn_ended {
+                    // Its last frame is out; the task is returning. Joined before the next
+                    // turn, so a client that answers a done frame at once is not told to wait.
+                    if let Some(t) = turn.take() {
+                        let _ = t.await;
+                    }
+                }
+                let busy = turn.as_ref().is_some_and(|t| !t.is_finished());
                 if busy {
                     let busy = ServerFrame::Error { message: "a turn is already in progress; wait for its done frame".into() };
                     if !send(&busy) {
@@ -390,12 +401,15 @@ async fn session(
                     }
                     Next::Close(e) => break End::Refused(e),
                     Next::Turn(t, user, reservation) => {
+                        turn_ended = false;
                         turn = Some(tokio::spawn(run_turn(app.clone(), caller.clone(), *t, user, reservation, turn_tx.clone())));
                     }
                 }
             }
             Some(f) = turn_rx.recv() => {
                 idle_at = tokio::time::Instant::now() + idle;
+                // A turn sends deltas, then one done or error frame, its last.
+                turn_ended = !matches!(f, ServerFrame::Delta { .. });
                 if !send(&f) {
                     break End::Gone;
                 }
