@@ -601,7 +601,7 @@ fn quality(
 }
 
 /// Where call `id`'s transcript is kept in `dir`, and the transcript, if it is there.
-fn kept_transcript(dir: &Path, id: &str) -> anyhow::Result<(PathBuf, Option<String>)> {
+pub(crate) fn kept_transcript(dir: &Path, id: &str) -> anyhow::Result<(PathBuf, Option<String>)> {
     anyhow::ensure!(
         !id.is_empty()
             && id

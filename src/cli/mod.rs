@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod bench;
 pub mod bench_analysis;
+pub mod bench_topics;
 pub mod call;
 pub mod labelled;
 pub mod password;

@@ -177,6 +177,28 @@ pub enum BenchCommand {
         #[arg(long)]
         record: Option<PathBuf>,
     },
+    /// How the evidence check sorts the labelled sales calls' buyer sentences by topic (each
+    /// sentence against the topics its turn states), optionally with another wording of the
+    /// check's instructions or worked examples.
+    Topics {
+        /// The labelled set.
+        #[arg(long, default_value = "fixtures/analysis")]
+        set: PathBuf,
+        /// Sort the recordings' transcripts kept in this directory by `bench analysis
+        /// --transcripts` instead of the written dialogues.
+        #[arg(long)]
+        transcripts: Option<PathBuf>,
+        /// Only the calls whose id starts with one of these, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        calls: Vec<String>,
+        /// The check's instructions from this file instead of the built-in ones (check.md).
+        #[arg(long)]
+        instructions: Option<PathBuf>,
+        /// The check's worked examples from this file instead of the built-in ones
+        /// (check.examples.json).
+        #[arg(long)]
+        examples: Option<PathBuf>,
+    },
     /// Intent, BANT and NEAT-P analyses with the configured model: intent top-1, status
     /// accuracy and verbatim evidence on a labelled set of calls, then the time of the three
     /// analyses of a long call and of a live call's intent as its transcript grows.
@@ -253,6 +275,22 @@ pub fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             set,
             record,
         } => history(config, calls, lines, searches, &set, record.as_deref()),
+        BenchCommand::Topics {
+            set,
+            transcripts,
+            calls,
+            instructions,
+            examples,
+        } => super::bench_topics::bench(
+            config,
+            &super::bench_topics::Options {
+                set,
+                transcripts,
+                calls,
+                instructions,
+                examples,
+            },
+        ),
         BenchCommand::Analysis {
             set,
             text,

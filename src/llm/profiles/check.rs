@@ -34,7 +34,7 @@ use super::ProfileKind;
 use crate::llm::{Generation, LlmError, Message, Odds, PointOdds, Provider, Role, Sampling, Usage};
 
 /// The topics a quote is sorted into, as the check's instructions define them.
-const TOPICS: [&str; 7] = [
+pub const TOPICS: [&str; 7] = [
     "budget", "decision", "problem", "timing", "cost", "ranking", "other",
 ];
 
@@ -245,16 +245,31 @@ pub(super) fn instructions() -> Vec<Message> {
     static MESSAGES: OnceLock<Vec<Message>> = OnceLock::new();
     MESSAGES
         .get_or_init(|| {
-            let examples: Vec<Example> = serde_json::from_str(include_str!("check.examples.json"))
-                .expect("the check's examples are valid JSON (checked by a test)");
-            let mut messages = vec![Message::new(Role::System, include_str!("check.md"))];
-            for e in examples {
-                messages.push(Message::new(Role::User, e.said));
-                messages.push(Message::new(Role::Assistant, answer(&e.topic)));
-            }
-            messages
+            conversation(
+                include_str!("check.md"),
+                include_str!("check.examples.json"),
+            )
+            .expect("the check's examples are valid JSON (checked by a test)")
         })
         .clone()
+}
+
+/// A check's conversation up to the quote from `instructions` (the system message, as
+/// `check.md`) and `examples` (a JSON list of `{"said": ..., "topic": ...}`, as
+/// `check.examples.json`): `bench topics` tries other wordings with it.
+pub fn conversation(instructions: &str, examples: &str) -> Result<Vec<Message>, serde_json::Error> {
+    let examples: Vec<Example> = serde_json::from_str(examples)?;
+    let mut messages = vec![Message::new(Role::System, instructions)];
+    for e in examples {
+        messages.push(Message::new(Role::User, e.said));
+        messages.push(Message::new(Role::Assistant, answer(&e.topic)));
+    }
+    Ok(messages)
+}
+
+/// The topic a BANT or NEAT-P field's quotes must be about (`need`: "problem").
+pub fn field_topic(field: &str) -> Option<&'static str> {
+    topic(ProfileKind::Bant, field).or_else(|| topic(ProfileKind::NeatP, field))
 }
 
 fn schema() -> Value {
@@ -269,7 +284,15 @@ fn schema() -> Value {
 /// How likely each of [`TOPICS`] is as the topic of `quote`: the model's odds, or, from a
 /// model that does not tell them, certainty of the topic it answered.
 async fn sort(provider: &dyn Provider, quote: &str) -> Result<(Vec<f32>, Usage), LlmError> {
-    let mut messages = instructions();
+    sort_after(provider, instructions(), quote).await
+}
+
+/// [`sort`] after another check's `conversation` (see [`conversation`]).
+pub async fn sort_after(
+    provider: &dyn Provider,
+    mut messages: Vec<Message>,
+    quote: &str,
+) -> Result<(Vec<f32>, Usage), LlmError> {
     messages.push(Message::new(Role::User, quote));
     let completion = provider
         .generate(

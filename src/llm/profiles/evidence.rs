@@ -57,6 +57,12 @@ pub(super) fn summarised_as_an_example(record: &Record) -> Vec<&'static str> {
         .collect()
 }
 
+/// The buyer's sentences of `transcript` that a BANT or NEAT-P answer may quote (see
+/// [`quotable`]).
+pub fn buyer_sentences(transcript: &str, seller: Option<&str>) -> Vec<String> {
+    quotable(transcript, seller).0
+}
+
 /// Longest evidence quote the schemas allow (`maxLength` of an evidence item).
 pub(super) const QUOTE_CHARS: usize = 160;
 

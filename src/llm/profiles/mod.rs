@@ -39,8 +39,8 @@ pub use catalogue::{
     intent_labels, no_speech_record, profile, profile_for, Confidence, Example, Profile,
     ProfileKind,
 };
-pub use check::Checked;
-pub use evidence::verify_evidence;
+pub use check::{conversation as check_conversation, field_topic, sort_after, Checked, TOPICS};
+pub use evidence::{buyer_sentences, verify_evidence};
 pub use layout::{messages, warm_ups, Layout, FILE_LAYOUT, LIVE_LAYOUT};
 pub use record::Record;
 
