@@ -798,7 +798,7 @@ mod tests {
         ]
         .map(str::to_owned)
         .to_vec();
-        assert!(definition("decision").starts_with("who makes or signs off"));
+        assert!(definition("decision").contains("who makes or signs off"));
         // Nothing but "economic" is the summary's own, and no sentence says it: the words of
         // the definition of "decision" ("makes", "decision"; "signs", "off") find the two that
         // speak of one.
