@@ -42,7 +42,8 @@ pub struct Options {
 /// a topic, even in the turn that goes on to state one.
 const GREETING_WORDS: usize = 2;
 
-/// Sentences sorted for one expected topic: (right at top-1, all, sum of the odds given it).
+/// The sentences of the turns that state one topic: how many were sorted under a topic their
+/// turn states (this one or another), how many there were, and the sum of the odds of this one.
 #[derive(Default)]
 struct Row {
     right: usize,
@@ -170,7 +171,9 @@ pub fn bench(config: &Config, options: &Options) -> anyhow::Result<()> {
             }
         }
     }
-    println!("| topic stated | sorted under it (top-1) | mean odds given it |");
+    println!(
+        "| topic stated | its sentences sorted under a topic their turn states (top-1) | mean odds of this topic |"
+    );
     println!("|---|---|---|");
     for (topic, row) in &rows {
         println!(
