@@ -401,9 +401,7 @@ fn quality(
     }
     for (n, call) in &calls {
         let transcript = if options.text {
-            dialogue(call.turns.iter().map(|(customer, said)| {
-                (if *customer { "Customer" } else { "Agent" }, said.as_str())
-            }))
+            call.written_dialogue()
         } else {
             let (keep_at, kept) = match &options.transcripts {
                 Some(dir) => {

@@ -18,7 +18,6 @@ use callstream::llm::profiles::{
     buyer_sentences, check_conversation, field_topic, sort_after, TOPICS,
 };
 use callstream::llm::Message;
-use callstream_actors::transcript::dialogue;
 
 use super::bench_analysis::kept_transcript;
 use super::labelled::{quoted_turn, read_calls, Call};
@@ -114,9 +113,7 @@ pub fn bench(config: &Config, options: &Options) -> anyhow::Result<()> {
             Some(dir) => kept_transcript(dir, &call.id)?.1.with_context(|| {
                 format!("no kept transcript of {} in {}", call.id, dir.display())
             })?,
-            None => dialogue(call.turns.iter().map(|(customer, said)| {
-                (if *customer { "Customer" } else { "Agent" }, said.as_str())
-            })),
+            None => call.written_dialogue(),
         };
         for sentence in buyer_sentences(&transcript, seller.as_deref()) {
             if sentence.split_whitespace().count() <= GREETING_WORDS {

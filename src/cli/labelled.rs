@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 use callstream::llm::profiles::claims::{bears_out, figures, Figure};
 use callstream_actors::asr::wer::{normalise, words_in_order};
+use callstream_actors::transcript::dialogue;
 
 /// One labelled call.
 #[derive(Debug, PartialEq)]
@@ -20,6 +21,18 @@ pub struct Call {
     pub neat_p: Vec<Label>,
     /// (is the customer, text)
     pub turns: Vec<(bool, String)>,
+}
+
+impl Call {
+    /// The written dialogue as a transcript of it reads (`Customer: ...` and `Agent: ...`
+    /// lines, as the default channel roles label them).
+    pub fn written_dialogue(&self) -> String {
+        dialogue(
+            self.turns.iter().map(|(customer, said)| {
+                (if *customer { "Customer" } else { "Agent" }, said.as_str())
+            }),
+        )
+    }
 }
 
 /// The expected answer for one BANT or NEAT-P field of a call.
