@@ -10,10 +10,16 @@
 //! and only picked the wrong sentence: the buyer's sentences that share the most words with
 //! the summary (then with the topic's definition) are sorted in turn, and the first on the
 //! field's topic becomes its evidence.
+//! A need the model did not doubt that is still without a quote then gets the buyer's
+//! sentence clearly about a problem, if one is: every sales call has a need, and on garbled
+//! speech the summary no longer shares words with it.
 //! A field left without quotes is `not_found`. A sentence tried in place of a weak quote is
 //! also sorted clause by clause (one sentence often says two things: who decides and how
 //! much they may spend), so that it can back either; whether a field is kept at all rests on
 //! whole sentences.
+//!
+//! Last, where a field's definition is a figure, its status follows its kept quotes: a
+//! budget without an amount is partial, a timeline that names a date identified.
 //!
 //! The same check lets the analysis ask for more: the model may call a field `not_found` only
 //! when it is nearly sure, and a field it reported only for that reason keeps its evidence
@@ -28,6 +34,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+pub use super::checked::Checked;
 use super::claims;
 use super::record::{Record, Status};
 use super::ProfileKind;
@@ -333,62 +340,6 @@ pub async fn sort_after(
     Ok((odds, completion.usage))
 }
 
-/// What the evidence check did to a record.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Checked {
-    /// Quotes the model sorted by topic (each quote once).
-    pub sorted: usize,
-    /// Quotes dropped as not about their field.
-    pub dropped: usize,
-    /// Fields whose quotes were all dropped and that got a sentence closer to their summary.
-    pub repaired: usize,
-    /// Fields whose quotes were all weak, or shared no word with their summary, and that got a
-    /// sentence closer to their summary clearly on their topic in their place.
-    pub replaced: usize,
-    /// Fields left without evidence, so `not_found`.
-    pub cleared: usize,
-    /// Fields in doubt (see [`check_findings`]): reported only because the model was held back
-    /// from calling them `not_found`, or summarised in a worked example's words.
-    pub doubted: usize,
-    /// Of those, the fields whose evidence passed the check.
-    pub doubted_kept: usize,
-    /// Times a clause of a quote, sorted alone, was likelier on the field's topic than the
-    /// whole quote.
-    pub by_clause: usize,
-    /// Quotes dropped as about other figures than their field's summary claims.
-    pub other_figures: usize,
-    /// Fields given the buyer's sentence that names the figures their summary claims.
-    pub figures_found: usize,
-    /// Fields whose summary claims a figure no sentence of the buyer's on the field's topic
-    /// names (identified ones step down to partial).
-    pub figures_unsaid: usize,
-    /// Quotes dropped from one field that back another the record had left `not_found`.
-    pub moved: usize,
-    /// Summaries that gave a figure the buyer took back, given the one they settled on.
-    pub restated: usize,
-    /// Tokens the check spent (also counted in the analysis's usage).
-    pub usage: Usage,
-}
-
-impl std::ops::AddAssign for Checked {
-    fn add_assign(&mut self, other: Self) {
-        self.sorted += other.sorted;
-        self.dropped += other.dropped;
-        self.repaired += other.repaired;
-        self.replaced += other.replaced;
-        self.cleared += other.cleared;
-        self.doubted += other.doubted;
-        self.doubted_kept += other.doubted_kept;
-        self.by_clause += other.by_clause;
-        self.other_figures += other.other_figures;
-        self.figures_found += other.figures_found;
-        self.figures_unsaid += other.figures_unsaid;
-        self.moved += other.moved;
-        self.restated += other.restated;
-        self.usage += other.usage;
-    }
-}
-
 /// Checks the evidence of every field of `record` (a BANT or NEAT-P record of `transcript`
 /// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
 /// field's topic is dropped; a field left without one gets the first of the buyer's sentences
@@ -493,6 +444,16 @@ pub(super) async fn check_findings(
                     kept = vec![quote.to_owned()];
                     break;
                 }
+            }
+        }
+        if kept.is_empty() && wanted == "problem" && !in_doubt {
+            if let Some(quote) = stated_need(&mut sorter, buyer, &given, at).await? {
+                tracing::debug!(?kind, field = %name, %status, quote, summary = %field.summary, "a need found among the buyer's sentences");
+                if shared(&quote) == 0 {
+                    field.summary = summary_of(&quote);
+                }
+                sorter.checked.needs_found += 1;
+                kept = vec![quote];
             }
         }
         if kept.is_empty() {
@@ -611,6 +572,74 @@ async fn hold_to_figures(
         field.evidence = kept;
     }
     Ok(())
+}
+
+/// Buyer sentences sorted, besides those the check sorted already, to find a need (see
+/// [`stated_need`]).
+const NEED_TRIES: usize = 3;
+
+/// The buyer's sentence that states the need, for a need the model did not doubt whose quotes
+/// and the sentences closest to its summary were all off the topic (topic `at`, "problem"):
+/// of the sentences the check sorted already, the likeliest about a problem; else the first of
+/// [`NEED_TRIES`] more, in the order said (of [`CLAUSE_WORDS`] words or more), that is. Either
+/// must be likelier about a problem than about every other topic together
+/// ([`MOVED_ON_TOPIC`]): the model did not point at it. Every sales call has a need, and on
+/// garbled speech the model, sure of one, summarises it in words the sentence no longer has
+/// and quotes the line next to it: "We'd like to go live before the holiday even starts in
+/// November." for "Our agents answer the same emails again and again".
+async fn stated_need(
+    sorter: &mut Sorter<'_>,
+    buyer: &[String],
+    given: &[String],
+    at: usize,
+) -> Result<Option<String>, LlmError> {
+    let untried = || buyer.iter().filter(|s| !given.contains(s));
+    let sorted = untried()
+        .filter_map(|s| sorter.sorted.get(s.as_str()).map(|odds| (odds[at], s)))
+        .filter(|(p, _)| *p >= MOVED_ON_TOPIC)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((_, sentence)) = sorted {
+        return Ok(Some(sentence.clone()));
+    }
+    let unsorted: Vec<&String> = untried()
+        .filter(|s| !sorter.sorted.contains_key(s.as_str()))
+        .filter(|s| s.split_whitespace().count() >= CLAUSE_WORDS)
+        .take(NEED_TRIES)
+        .collect();
+    for sentence in unsorted {
+        if sorter.odds(sentence).await?[at] >= MOVED_ON_TOPIC {
+            return Ok(Some(sentence.clone()));
+        }
+    }
+    Ok(None)
+}
+
+/// Settles identified against partial where a field's definition is a figure, by its kept
+/// quotes. A budget is an amount of money or a price range: one whose quotes name no amount is
+/// only hinted at ("We're a small company, so the price would have to be modest." is partial).
+/// A timeline is a date, deadline or event: one whose quotes name a date is stated ("Our
+/// printer lease runs out on the thirtieth of April." is identified). The model took its status
+/// from its worked example's loose "sometime after the summer" (partial) for most dated
+/// timelines of the labelled sales calls, and called identified budgets that gave no amount.
+pub(super) fn settle_stated(kind: ProfileKind, record: &mut Record, checked: &mut Checked) {
+    for (name, field) in record.criteria_mut() {
+        match (topic(kind, name), field.status) {
+            (Some("budget"), Status::Identified)
+                if !field.evidence.iter().any(|q| claims::names_an_amount(q)) =>
+            {
+                field.status = Status::Partial;
+                checked.amountless += 1;
+            }
+            (Some("timing"), Status::Partial)
+                if field.evidence.iter().any(|q| claims::names_a_date(q)) =>
+            {
+                field.status = Status::Identified;
+                checked.dated += 1;
+            }
+            _ => continue,
+        }
+        tracing::debug!(?kind, field = %name, status = field.status.as_str(), evidence = ?field.evidence, "status settled by what the quotes name");
+    }
 }
 
 /// The topics whose figures are what a field claims: the money the buyer has, the money the
@@ -912,9 +941,10 @@ mod tests {
                 assert_eq!((checked.replaced, checked.by_clause), (1, 1));
             } else {
                 // Dropped; the one other sentence shares no word with the summary or with the
-                // definition of a problem.
+                // definition of a problem, and as a need's last resort it is sorted and is not
+                // clearly a problem either.
                 assert_eq!(record["need"], field("not_found", "", &[]));
-                assert_eq!(asked, [BOTH]);
+                assert_eq!(asked, [BOTH, WEAK]);
                 assert_eq!((checked.dropped, checked.by_clause), (1, 0));
             }
         }
@@ -1086,6 +1116,82 @@ mod tests {
         assert_eq!((checked.figures_unsaid, checked.cleared), (1, 1));
     }
 
+    /// A need the model did not doubt, whose quote and the sentences like its summary are off
+    /// the topic, gets the buyer's sentence clearly about a problem, and that sentence as its
+    /// summary when the summary shares no word with it. One in doubt does not.
+    #[tokio::test]
+    async fn a_need_the_model_is_sure_of_is_found_among_the_buyer_sentences() {
+        const LIVE: &str = "We'd like to go live before the holiday starts in November.";
+        const EMAILS: &str = "Our agents answer the same emails again and again.";
+        const HELLO: &str = "Hi, thanks for picking up so quickly.";
+        let call = format!("Customer: {HELLO}\nCustomer: {EMAILS}\nCustomer: {LIVE}");
+        let model = Table {
+            topics: vec![(LIVE, "timing", 0.9), (EMAILS, "problem", 0.8)],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let given = || {
+            serde_json::json!({
+                "need": field("identified", "The company wants to go live soon.", &[LIVE]),
+            })
+        };
+        let mut record = given();
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["need"], field("identified", EMAILS, &[EMAILS]));
+        assert_eq!((checked.needs_found, checked.cleared), (1, 0));
+
+        let (typed, checked, _) =
+            check_given(&model, ProfileKind::Bant, &given(), &call, &["need"]).await;
+        assert_eq!(typed.to_value()["need"], field("not_found", "", &[]));
+        assert_eq!((checked.needs_found, checked.cleared), (0, 1));
+    }
+
+    /// A budget is stated with an amount and a timeline with a date: the status follows what
+    /// the kept quotes name, whatever the model wrote.
+    #[tokio::test]
+    async fn a_budget_without_an_amount_is_partial_and_a_dated_timeline_identified() {
+        const MODEST: &str = "We're a small company, so the price would have to be modest.";
+        const LEASE: &str = "Our printer lease runs out on the thirtieth of April.";
+        const LATER: &str = "Probably sometime after the summer.";
+        let call = format!("Customer: {MODEST}\nCustomer: {LEASE}\nCustomer: {LATER}");
+        let model = Table {
+            topics: vec![
+                (MODEST, "budget", 0.8),
+                (LEASE, "timing", 0.8),
+                (LATER, "timing", 0.8),
+            ],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let mut record = serde_json::json!({
+            "budget": field("identified", "The price must be modest.", &[MODEST]),
+            "timeline": field("partial", "The lease ends on 30 April.", &[LEASE]),
+        });
+        let checked = stated(&model, &mut record, &call).await;
+        assert_eq!(record["budget"]["status"], "partial");
+        assert_eq!(record["timeline"]["status"], "identified");
+        assert_eq!((checked.amountless, checked.dated), (1, 1));
+
+        // An undated timeline keeps the status written, and so does a budget with an amount.
+        let mut record = serde_json::json!({
+            "budget": field("identified", BUDGET_SUMMARY, &[SET_ASIDE]),
+            "timeline": field("partial", "After the summer.", &[LATER]),
+        });
+        let call = format!("Customer: {SET_ASIDE}\nCustomer: {LATER}");
+        let model = Table {
+            topics: vec![(SET_ASIDE, "budget", 0.8), (LATER, "timing", 0.8)],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let checked = stated(&model, &mut record, &call).await;
+        assert_eq!(record["budget"]["status"], "identified");
+        assert_eq!(record["timeline"]["status"], "partial");
+        assert_eq!((checked.amountless, checked.dated), (0, 0));
+    }
+
     /// A quote dropped from one field backs the field it is clearly about, when the record
     /// left that one not found: the sign-off limit given as the budget is the authority.
     #[tokio::test]
@@ -1153,6 +1259,15 @@ mod tests {
             check_given(model, ProfileKind::Bant, record, call, &[]).await;
         *record = typed.to_value();
         (checked, moved)
+    }
+
+    /// [`bant`], then [`settle_stated`].
+    async fn stated(model: &Table, record: &mut Value, call: &str) -> Checked {
+        let (mut typed, mut checked, _) =
+            check_given(model, ProfileKind::Bant, record, call, &[]).await;
+        settle_stated(ProfileKind::Bant, &mut typed, &mut checked);
+        *record = typed.to_value();
+        checked
     }
 
     /// Checks a `kind` record given as JSON, in part (fields left out are `not_found`), of

@@ -670,6 +670,64 @@ pub fn bears_out(summary: &str, quotes: &[String]) -> bool {
     claimed(summary).into_iter().all(|c| borne(c, &said))
 }
 
+/// Whether `text` names an amount: of money, or another number of [`LEAST_CLAIMED`] or more
+/// ("around eight thousand for hardware"). "The price would have to be modest" names none.
+pub fn names_an_amount(text: &str) -> bool {
+    figures(text).into_iter().any(|f| match f {
+        Figure::Money(_) => true,
+        Figure::Number(n) => n >= LEAST_CLAIMED,
+        Figure::Month(_) => false,
+    })
+}
+
+/// Words that name a day or a span of the calendar, besides the months.
+const CALENDAR_WORDS: [&str; 13] = [
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+    "tomorrow",
+    "quarter",
+    "q1",
+    "q2",
+    "q3",
+    "q4",
+];
+
+/// Spans of the calendar shorter than a year that "this" or "next" make a point in it.
+const SPANS: [&str; 7] = [
+    "week", "month", "spring", "summer", "autumn", "fall", "winter",
+];
+
+/// Whether `text` names a point in the calendar: a month ([`figures`]: "by the end of June",
+/// "on the thirtieth of April"), a weekday, a quarter ("Q3", "before the quarter ends"),
+/// tomorrow, this or next week, month or season ("before next summer"), or the end of the
+/// year. "Sometime after the summer", "next year" (too wide to buy by) and "soon" name none.
+pub fn names_a_date(text: &str) -> bool {
+    if figures(text).iter().any(|f| matches!(f, Figure::Month(_))) {
+        return true;
+    }
+    let words: Vec<String> = text
+        .split(|c: char| c.is_whitespace() || c == '-')
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    let at = |i: usize| words.get(i).map_or("", String::as_str);
+    (0..words.len()).any(|i| {
+        // "A quarter of our calls" is a share, not a quarter of the year.
+        (CALENDAR_WORDS.contains(&at(i)) && !(at(i) == "quarter" && at(i + 1) == "of"))
+            || (matches!(at(i), "this" | "next") && SPANS.contains(&at(i + 1)))
+            || (at(i) == "year" && at(i + 1) == "end")
+            || (at(i) == "end" && at(i + 1) == "of" && at(i + 2) == "the" && at(i + 3) == "year")
+    })
+}
+
 /// Whether `quote` is about other figures than `claims`: it names figures of the kinds a claim
 /// is held to, and none of them bears out any of `claims` (which are not empty).
 pub fn about_other_figures(quote: &str, claims: &[Figure]) -> bool {
@@ -917,5 +975,47 @@ mod tests {
             "I sign off up to 50,000 dollars.",
             &[]
         ));
+    }
+
+    #[test]
+    fn an_amount_is_money_or_a_large_number() {
+        assert!(names_an_amount(
+            "We have around eight thousand pounds for hardware."
+        ));
+        assert!(names_an_amount("We approve $40k for this."));
+        assert!(names_an_amount(
+            "Somewhere between ten and fifteen thousand."
+        ));
+        assert!(!names_an_amount(
+            "We're small, so the price would have to be modest."
+        ));
+        assert!(!names_an_amount(
+            "We have 12 vans and it must be done by March."
+        ));
+    }
+
+    #[test]
+    fn a_date_is_a_point_in_the_calendar() {
+        for dated in [
+            "Our printer lease runs out on the thirtieth of April.",
+            "We want it by March, no, wait, by the end of February.",
+            "It has to be live before Q3.",
+            "We decide at the end of the quarter.",
+            "The board meets next week.",
+            "Can it be installed by Friday?",
+            "We need it before the year-end close.",
+            "We need it by the end of the year.",
+            "We want the installation finished before next summer.",
+        ] {
+            assert!(names_a_date(dated), "{dated}");
+        }
+        for undated in [
+            "Probably sometime after the summer.",
+            "We'd like it soon, nothing fixed.",
+            "A quarter of our calls are dropped.",
+            "We may look again next year.",
+        ] {
+            assert!(!names_a_date(undated), "{undated}");
+        }
     }
 }

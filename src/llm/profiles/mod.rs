@@ -24,6 +24,7 @@ use super::{LlmError, Provider, Usage};
 
 mod catalogue;
 mod check;
+mod checked;
 pub mod claims;
 mod evidence;
 mod fit;
@@ -100,14 +101,17 @@ pub async fn analyse_checked(
             let quotes = verify_evidence(&mut record, transcript, seller);
             let mut doubted = pushed_past_not_found(&record, &completion.odds);
             doubted.extend(summarised_as_an_example(&record));
-            let (checked, moved) =
+            let (mut checked, moved) =
                 check::check_findings(provider, kind, &mut record, transcript, seller, &doubted)
                     .await?;
             completion.usage += checked.usage;
-            // After the checks, so that a field they left not_found gets that status's
-            // probability.
-            weigh_statuses(&mut record, &completion.odds);
+            // A field backed by a moved quote gets a status, then every status follows what
+            // its quotes name, and last each field's confidence is its final status's
+            // probability (a moved field's, its quote's): a field the checks left not_found
+            // gets that status's.
             settle_moved(&mut record, &completion.odds, &moved);
+            check::settle_stated(kind, &mut record, &mut checked);
+            weigh_statuses(&mut record, &completion.odds, &moved);
             (quotes, checked)
         }
     };

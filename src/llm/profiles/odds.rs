@@ -110,9 +110,12 @@ pub(super) fn pushed_past_not_found(record: &Record, odds: &[PointOdds]) -> Vec<
 /// probability of the status it ended with. A field without odds (an upstream model) keeps
 /// the confidence written; one that has none then (one the model was not asked to write,
 /// [`Confidence::Weighed`], and whose status was not weighed) gets 0: nothing says how sure
-/// the model was of it.
-pub(super) fn weigh_statuses(record: &mut Record, odds: &[PointOdds]) {
+/// the model was of it. The fields `moved` (see [`settle_moved`]) keep theirs.
+pub(super) fn weigh_statuses(record: &mut Record, odds: &[PointOdds], moved: &[(&str, f32)]) {
     for (name, criterion) in record.criteria_mut() {
+        if moved.iter().any(|(m, _)| *m == name) {
+            continue;
+        }
         let at = Status::ALL.iter().position(|s| *s == criterion.status);
         let weighed = PointOdds::find(odds, &status_point(name), STATUSES.len())
             .zip(at)

@@ -964,7 +964,7 @@ fn a_status_is_as_sure_as_the_model_was() {
     );
     let weigh = |part: &Value, odds: &[PointOdds]| {
         let mut typed = full_record(ProfileKind::Bant, part);
-        weigh_statuses(&mut typed, odds);
+        weigh_statuses(&mut typed, odds, &[]);
         let mut part = part.clone();
         write_back(&typed, &mut part);
         part
