@@ -1,4 +1,4 @@
-//! What the evidence check ([`super::check`]) did to a record, counted for `bench analysis`.
+//! What the evidence check (`profiles::check`) did to a record, counted for `bench analysis`.
 
 use crate::llm::Usage;
 
@@ -16,7 +16,7 @@ pub struct Checked {
     pub replaced: usize,
     /// Fields left without evidence, so `not_found`.
     pub cleared: usize,
-    /// Fields in doubt (see [`super::check`]): reported only because the model was held back
+    /// Fields in doubt (see `profiles::check`): reported only because the model was held back
     /// from calling them `not_found`, or summarised in a worked example's words.
     pub doubted: usize,
     /// Of those, the fields whose evidence passed the check.
