@@ -594,8 +594,18 @@ async fn stated_need(
     at: usize,
 ) -> Result<Option<String>, LlmError> {
     let untried = || buyer.iter().filter(|s| !given.contains(s));
+    // A sort the model gave no answer to keeps a quote (every topic at 1, see [`sort`]); it
+    // finds no need.
+    let about = |odds: &[f32]| {
+        let answered = odds.iter().sum::<f32>() <= 1.5;
+        if answered {
+            odds[at]
+        } else {
+            0.0
+        }
+    };
     let sorted = untried()
-        .filter_map(|s| sorter.sorted.get(s.as_str()).map(|odds| (odds[at], s)))
+        .filter_map(|s| sorter.sorted.get(s.as_str()).map(|odds| (about(odds), s)))
         .filter(|(p, _)| *p >= MOVED_ON_TOPIC)
         .max_by(|a, b| a.0.total_cmp(&b.0));
     if let Some((_, sentence)) = sorted {
@@ -607,7 +617,7 @@ async fn stated_need(
         .take(NEED_TRIES)
         .collect();
     for sentence in unsorted {
-        if sorter.odds(sentence).await?[at] >= MOVED_ON_TOPIC {
+        if about(sorter.odds(sentence).await?) >= MOVED_ON_TOPIC {
             return Ok(Some(sentence.clone()));
         }
     }
