@@ -26,6 +26,7 @@ mod catalogue;
 mod check;
 mod checked;
 pub mod claims;
+mod clauses;
 mod evidence;
 mod fit;
 mod layout;
