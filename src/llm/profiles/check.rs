@@ -414,8 +414,8 @@ pub(super) async fn check_findings(
                 .filter(|s| !unrelated || shared(s) >= SUMMARISED)
                 .take(tries);
             for quote in tries {
-                // Whether the field is kept rests on whole sentences; which sentence backs a
-                // kept one may rest on a clause.
+                // Whether the field is kept rests on whole sentences (but for the
+                // `BY_CLAUSE` topics); which sentence backs a kept one may rest on a clause.
                 let (p, elsewhere) = if kept.is_empty() {
                     let p = sorter.topic_odds(quote, at, by_clause).await?;
                     (p, p >= needed && sorter.about_the_twin(quote, at).await?)
@@ -897,7 +897,7 @@ mod tests {
 
     /// A sentence that states a problem and its cost is sorted as a cost. In place of a weak
     /// quote, its first clause, sorted alone, is the problem, and the need takes the sentence;
-    /// as the model's own quote it is dropped all the same, clauses never keeping a field.
+    /// as the model's own quote it is dropped all the same, clauses never keeping a need.
     #[tokio::test]
     async fn a_sentence_that_says_two_things_can_back_either_in_place_of_a_weak_quote() {
         const BOTH: &str =
