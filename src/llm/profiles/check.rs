@@ -122,9 +122,10 @@ const DOUBTED_REPAIR_TRIES: usize = 1;
 /// whole sentence (see [`Sorter::on_topic`]). Who the buyer is at work and who decides is said
 /// in a clause that opens a sentence about something else, and sorted whole the rest of the
 /// sentence pulls it away, the more so when the speech engine garbled it: on the espeak-ng
-/// transcripts of the labelled sales calls "Hi, mail. I own a mental clinic with free
-/// locations, and I make all the purchase ingredients my health." got 0.03 for "decision" and
-/// "Hello, I'm the righty lead, and it's only one food that I'm on top where there." 0.18.
+/// transcripts of the labelled sales calls "Hello, I'm the righty lead, and it's only one food
+/// that I'm on top where there." got 0.18 for "decision" and its first clause 0.23; "The office
+/// manager asks me, the side monitor whip went well, together with the senior partners, we
+/// decided jointly." 0.19, its first clause 0.31 and its last 0.92.
 const BY_CLAUSE: [&str; 1] = ["decision"];
 
 /// Fewest words a sentence must share with a field's summary to be tried as its evidence.
