@@ -332,7 +332,8 @@ pub async fn sort_after(
 /// whose quotes were verified) that is not `not_found`: a quote unlikely to be about the
 /// field's topic is dropped; a field left without one gets the first of the buyer's sentences
 /// (anyone's but the `seller`'s) closest to its summary (see [`closest`]) that is on its
-/// topic, or becomes `not_found`. A field named in `doubted` is in doubt: the model reported
+/// topic, or becomes `not_found` (one of the figure topics whose summary claims a figure is
+/// left to [`hold_to_figures`]). A field named in `doubted` is in doubt: the model reported
 /// it only because it was held back from calling it `not_found`, or summarised it in the words
 /// of a worked example's summary. It is held to [`DOUBTED_ON_TOPIC`] and tries
 /// [`DOUBTED_REPAIR_TRIES`] sentences. A field whose quotes are all weak (below
@@ -445,11 +446,15 @@ pub(super) async fn check_findings(
                 kept = vec![quote];
             }
         }
-        if kept.is_empty() {
+        // A field whose topic is a figure and whose summary claims one is left to
+        // `hold_to_figures`, which tries the buyer's sentences that name it.
+        let figured =
+            FIGURE_TOPICS.contains(&wanted) && !claims::claimed(&field.summary).is_empty();
+        if kept.is_empty() && !figured {
             field.status = Status::NotFound;
             field.summary.clear();
             sorter.checked.cleared += 1;
-        } else if in_doubt {
+        } else if in_doubt && !kept.is_empty() {
             sorter.checked.doubted_kept += 1;
         }
         field.evidence = kept;
@@ -470,7 +475,10 @@ pub(super) async fn check_findings(
 /// tried as in [`check_findings`] (on the field's topic, not about a twin), and the first that
 /// passes leads the evidence. When none does, nothing the buyer said bears out the claim: an
 /// identified field of those topics steps down to partial, a partial one is `not_found` (its
-/// quotes displaced), and so is a field left without quotes.
+/// quotes displaced), and so is a field left without quotes. [`check_findings`] leaves a field
+/// of those topics whose summary claims a figure to this, quotes or none: "For this we have 40,
+/// 40, actually 45,000 dollars." backs "45,000 dollars is set aside for classroom training."
+/// when the model quoted a sentence about the training.
 async fn hold_to_figures(
     sorter: &mut Sorter<'_>,
     kind: ProfileKind,
@@ -615,8 +623,11 @@ async fn stated_need(
 
 /// Settles identified against partial where a field's definition is a figure, by its kept
 /// quotes. A budget is an amount of money or a price range: one whose quotes name no amount is
-/// only hinted at ("We're a small company, so the price would have to be modest." is partial).
-/// A timeline is a date, deadline or event: one whose quotes name a date is stated ("Our
+/// only hinted at ("We're a small company, so the price would have to be modest." is partial),
+/// and one whose quotes name the amount its summary claims is stated ("Our budget for a
+/// payroll system is eight thousand, no, sorry, six thousand pounds a year." under "The budget
+/// is six thousand pounds a year." is identified, though the model, put off by the
+/// correction, called it partial). A timeline is a date, deadline or event: one whose quotes name a date is stated ("Our
 /// printer lease runs out on the thirtieth of April." is identified). The model took its status
 /// from its worked example's loose "sometime after the summer" (partial) for most dated
 /// timelines of the labelled sales calls, and called identified budgets that gave no amount.
@@ -628,6 +639,14 @@ pub(super) fn settle_stated(kind: ProfileKind, record: &mut Record, checked: &mu
             {
                 field.status = Status::Partial;
                 checked.amountless += 1;
+            }
+            (Some("budget"), Status::Partial)
+                if field.evidence.iter().any(|q| claims::names_an_amount(q))
+                    && !claims::claimed(&field.summary).is_empty()
+                    && claims::bears_out(&field.summary, &field.evidence) =>
+            {
+                field.status = Status::Identified;
+                checked.amounted += 1;
             }
             (Some("timing"), Status::Partial)
                 if field.evidence.iter().any(|q| claims::names_a_date(q)) =>
@@ -1154,6 +1173,67 @@ mod tests {
         assert_eq!((checked.figures_unsaid, checked.cleared), (1, 1));
     }
 
+    /// A field in doubt whose quote is off its topic is not cleared while its summary claims
+    /// an amount: the buyer's sentence that names it, somewhat about a budget, backs it, and
+    /// one about none of it leaves the field not found.
+    #[tokio::test]
+    async fn a_budget_in_doubt_takes_the_sentence_that_names_its_amount() {
+        const TRAINING: &str =
+            "Our new staff need six weeks of classroom training, and we want to cut that in half.";
+        const FORTY_FIVE: &str = "For this we have 40, 40, actually 45,000 dollars.";
+        const SUMMARY: &str = "45,000 dollars is set aside for the training.";
+        let call = format!("Customer: {TRAINING}\nCustomer: {FORTY_FIVE}");
+        let given = serde_json::json!({"budget": field("identified", SUMMARY, &[TRAINING])});
+        for (p, status, evidence, cleared) in [
+            (0.15, "identified", vec![FORTY_FIVE], 0),
+            (0.05, "not_found", vec![], 1),
+        ] {
+            let model = Table {
+                topics: vec![(TRAINING, "problem", 0.8), (FORTY_FIVE, "budget", p)],
+                also: Vec::new(),
+                odds: true,
+                asked: Mutex::new(Vec::new()),
+            };
+            let (typed, checked, _) =
+                check_given(&model, ProfileKind::Bant, &given, &call, &["budget"]).await;
+            let summary = if evidence.is_empty() { "" } else { SUMMARY };
+            assert_eq!(
+                typed.to_value()["budget"],
+                field(status, summary, &evidence),
+                "{p}"
+            );
+            assert_eq!(
+                (checked.figures_found, checked.cleared),
+                (1 - cleared, cleared),
+                "{p}"
+            );
+        }
+    }
+
+    /// A budget called partial whose quote names the amount its summary claims is stated; one
+    /// whose summary claims no amount keeps the status written.
+    #[tokio::test]
+    async fn a_partial_budget_whose_quote_names_its_amount_is_identified() {
+        const CORRECTED: &str =
+            "Our budget for a payroll system is eight thousand, no, sorry, six thousand pounds a year.";
+        let call = format!("Customer: {CORRECTED}");
+        let model = Table {
+            topics: vec![(CORRECTED, "budget", 0.9)],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        for (summary, status, amounted) in [
+            ("The budget is six thousand pounds a year.", "identified", 1),
+            ("There is a budget for payroll.", "partial", 0),
+        ] {
+            let mut record = serde_json::json!({"budget": field("partial", summary, &[CORRECTED])});
+            let checked = stated(&model, &mut record, &call).await;
+            assert_eq!(record["budget"], field(status, summary, &[CORRECTED]));
+            assert_eq!(checked.amounted, amounted);
+        }
+    }
+
     /// A need the model did not doubt, whose quote and the sentences like its summary are off
     /// the topic, gets the buyer's sentence clearly about a problem, and that sentence as its
     /// summary when the summary shares no word with it. One in doubt does not.
@@ -1499,6 +1579,8 @@ mod tests {
                     repaired: 1,
                     replaced: 0,
                     cleared: 2,
+                    // The economic impact's figure is in no sentence about a cost.
+                    figures_unsaid: 1,
                     moved: 1,
                     doubted: 0,
                     doubted_kept: 0,

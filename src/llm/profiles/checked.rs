@@ -42,6 +42,9 @@ pub struct Checked {
     pub dated: usize,
     /// Budgets called identified whose quotes name no amount, so partial.
     pub amountless: usize,
+    /// Budgets called partial whose quotes name the amount their summary claims, so
+    /// identified.
+    pub amounted: usize,
     /// Tokens the check spent (also counted in the analysis's usage).
     pub usage: Usage,
 }
@@ -64,6 +67,7 @@ impl std::ops::AddAssign for Checked {
         self.needs_found += other.needs_found;
         self.dated += other.dated;
         self.amountless += other.amountless;
+        self.amounted += other.amounted;
         self.usage += other.usage;
     }
 }

@@ -180,6 +180,15 @@ pub fn settled(text: &str) -> Vec<Figure> {
         .collect()
 }
 
+/// Whether a figure of `text` before byte `boundary` is taken back by the next figure, after
+/// it: "Our budget is eight thousand." and "No, sorry, six thousand pounds a year." with the
+/// boundary between them.
+pub fn taken_back_across(text: &str, boundary: usize) -> bool {
+    placed(text)
+        .windows(2)
+        .any(|w| w[0].retracted && w[0].at.end <= boundary && w[1].at.start >= boundary)
+}
+
 /// A figure of a text, with where it is written.
 #[derive(Debug, Clone, PartialEq)]
 struct Placed {

@@ -68,8 +68,9 @@ pub(super) const QUOTE_CHARS: usize = 160;
 
 /// What a BANT or NEAT-P answer may quote of `transcript` (its lines read `Speaker: text`):
 /// each sentence said by the buyer (anyone but the `seller`), and each sentence said by
-/// anyone, as the transcript has them; a sentence longer than a quote is cut at its commas
-/// (or, failing that, between words). A model that quotes from memory changes words, joins
+/// anyone, as the transcript has them (one that takes back a figure of the sentence before
+/// joined to it, see [`with_corrections`]); a sentence longer than a quote is cut at its
+/// commas (or, failing that, between words). A model that quotes from memory changes words, joins
 /// lines or quotes the agent; held to these, it copies what was said.
 pub(super) fn quotable(transcript: &str, seller: Option<&str>) -> (Vec<String>, Vec<String>) {
     let labels = speaker_labels(transcript);
@@ -82,7 +83,7 @@ pub(super) fn quotable(transcript: &str, seller: Option<&str>) -> (Vec<String>, 
             continue;
         }
         let by_seller = said_by(line, seller);
-        for sentence in sentences(text) {
+        for sentence in with_corrections(text) {
             for piece in cut_to(sentence, QUOTE_CHARS) {
                 if seen_said.insert(piece) {
                     said.push(piece.to_owned());
@@ -106,6 +107,27 @@ pub(super) fn said_by(line: &str, seller: Option<&str>) -> bool {
 /// [`CLOSERS`] after it) that white space follows, trimmed.
 pub(super) fn sentences(text: &str) -> Vec<&str> {
     cut_after(text, &SENTENCE_ENDS)
+}
+
+/// The [`sentences`] of `text`, each that takes back a figure of the one before it joined to
+/// it: "Our budgets are a payroll system in 8,000. No, sorry, 6,000 pounds per year." Apart,
+/// one names a figure the speaker withdrew and the other an amount without what it is for,
+/// and neither says what the buyer settled on.
+pub(super) fn with_corrections(text: &str) -> Vec<&str> {
+    let at = |s: &str| s.as_ptr() as usize - text.as_ptr() as usize;
+    let mut out: Vec<&str> = Vec::new();
+    for sentence in sentences(text) {
+        if let Some(last) = out.last_mut() {
+            let from = at(last);
+            let joined = &text[from..at(sentence) + sentence.len()];
+            if claims::taken_back_across(joined, at(sentence) - from) {
+                *last = joined;
+                continue;
+            }
+        }
+        out.push(sentence);
+    }
+    out
 }
 
 /// `text` cut after each run of `marks` (with the [`CLOSERS`] after it) that white space

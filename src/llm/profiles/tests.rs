@@ -783,6 +783,24 @@ fn a_near_quote_is_replaced_by_the_words_said() {
     assert_eq!(record["need"]["status"], "partial");
 }
 
+/// A sentence that takes back a figure of the one before it is quoted with it; sentences
+/// that only name figures, or correct something else, stay apart.
+#[test]
+fn a_correction_is_quoted_with_the_sentence_it_corrects() {
+    let said = "Hi. Our budgets are a payroll system in 8,000. No, sorry, 6,000 pounds per year.";
+    assert_eq!(
+        with_corrections(said),
+        [
+            "Hi.",
+            "Our budgets are a payroll system in 8,000. No, sorry, 6,000 pounds per year."
+        ]
+    );
+    let apart = "We have 8,000 pounds. We print 6,000 pages. No, sorry, I mean in a week.";
+    assert_eq!(with_corrections(apart), sentences(apart));
+    let buyer = buyer_sentences(&format!("Customer: {said}"), None);
+    assert_eq!(buyer.len(), 2);
+}
+
 #[test]
 fn quotes_are_the_sentences_said() {
     assert_eq!(
