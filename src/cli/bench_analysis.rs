@@ -563,8 +563,8 @@ fn quality(
             c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause, c.needs_found
         );
         println!(
-            "{name:<6} figures check  quotes about other figures than the summary's {}; fields given the sentence that names them {}, whose figures the buyer never said {}; dropped quotes moved to the field they are about {}; summaries' corrected figures restated {}; timelines a date made identified {}, budgets without an amount made partial {}, partial ones naming their amount identified {}",
-            c.other_figures, c.figures_found, c.figures_unsaid, c.moved, c.restated, c.dated, c.amountless, c.amounted
+            "{name:<6} figures check  quotes about other figures than the summary's {}; fields given the sentence that names them {}, whose figures the buyer never said {}, fields of an amount given the buyer's sentence naming another one on the topic {}; dropped quotes moved to the field they are about {}; summaries' corrected figures restated {}; timelines a date made identified {}, budgets without an amount made partial {}, partial ones naming their amount identified {}",
+            c.other_figures, c.figures_found, c.figures_unsaid, c.amounts_found, c.moved, c.restated, c.dated, c.amountless, c.amounted
         );
     }
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {

@@ -31,6 +31,9 @@ pub struct Checked {
     /// Fields whose summary claims a figure no sentence of the buyer's on the field's topic
     /// names (identified ones step down to partial).
     pub figures_unsaid: usize,
+    /// Fields of an amount whose summary claims one the buyer never said on the field's topic,
+    /// given the buyer's sentence that names an amount and is clearly on it.
+    pub amounts_found: usize,
     /// Quotes dropped from one field that back another the record had left `not_found`.
     pub moved: usize,
     /// Summaries that gave a figure the buyer took back, given the one they settled on.
@@ -62,6 +65,7 @@ impl std::ops::AddAssign for Checked {
         self.other_figures += other.other_figures;
         self.figures_found += other.figures_found;
         self.figures_unsaid += other.figures_unsaid;
+        self.amounts_found += other.amounts_found;
         self.moved += other.moved;
         self.restated += other.restated;
         self.needs_found += other.needs_found;
