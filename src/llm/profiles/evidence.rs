@@ -66,12 +66,12 @@ pub fn buyer_sentences(transcript: &str, seller: Option<&str>) -> Vec<String> {
 /// Longest evidence quote the schemas allow (`maxLength` of an evidence item).
 pub(super) const QUOTE_CHARS: usize = 160;
 
-/// What a BANT or NEAT-P answer may quote of `transcript` (its lines read `Speaker: text`):
-/// each sentence said by the buyer (anyone but the `seller`), and each sentence said by
-/// anyone, as the transcript has them (one that takes back a figure of the sentence before
-/// joined to it, see [`with_corrections`]); a sentence longer than a quote is cut at its
-/// commas (or, failing that, between words). A model that quotes from memory changes words, joins
-/// lines or quotes the agent; held to these, it copies what was said.
+/// What a BANT or NEAT-P answer may quote of `transcript` (its lines read `Speaker: text`): each
+/// sentence said by the buyer (anyone but the `seller`), and each sentence said by anyone, as the
+/// transcript has them (one that takes back a figure of the sentence before joined to it, see
+/// [`with_corrections`]); a sentence longer than a quote is cut at its commas (or, failing that,
+/// between words). A model that quotes from memory changes words, joins lines or quotes the agent;
+/// held to these, it copies what was said.
 pub(super) fn quotable(transcript: &str, seller: Option<&str>) -> (Vec<String>, Vec<String>) {
     let labels = speaker_labels(transcript);
     let (mut buyer, mut said) = (Vec::new(), Vec::new());

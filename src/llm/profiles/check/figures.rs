@@ -4,26 +4,24 @@
 
 use super::*;
 
-/// Holds each field's evidence to the figures its summary claims ([`claims::claimed`]:
-/// amounts of money, other amounts of 100 or more, months). A summary that gives a figure
-/// the buyer took back in its quotes ("eight thousand, no, sorry, six thousand") first gives
-/// the one they settled on ([`claims::restate`]). On a field of the
-/// [`FIGURE_TOPICS`], a quote about other figures only is dropped (and added to `displaced`):
-/// the buyer's limit for signing off purchases under a summary of their budget. When the
-/// quotes left do not name a claimed figure, the buyer's sentences that do, most first, are
-/// tried as in [`check_findings`] (on the field's topic, not about a twin), and the first that
-/// passes leads the evidence. When none does on a field of an amount ([`AMOUNT_TOPICS`]), the
-/// buyer's sentence that names another amount and is clearly on the field's topic (see
-/// [`clearly_about`]; not one the model quoted for the field, in `quoted`) becomes its
-/// evidence and its summary: "For this helpdesk project we have
-/// set aside twelve thousand dollars for the first year." for a budget the model summarised as
-/// the buyer's limit of thirty thousand dollars for signing off purchases. When none does, nothing the buyer said bears out
-/// the claim: an
-/// identified field of those topics steps down to partial, a partial one is `not_found` (its
-/// quotes displaced), and so is a field left without quotes. [`check_findings`] leaves a field
-/// of those topics whose summary claims a figure to this, quotes or none: "For this we have 40,
-/// 40, actually 45,000 dollars." backs "45,000 dollars is set aside for classroom training."
-/// when the model quoted a sentence about the training.
+/// Holds each field's evidence to the figures its summary claims ([`claims::claimed`]: amounts of
+/// money, other amounts of 100 or more, months). A summary that gives a figure the buyer took back
+/// in its quotes ("eight thousand, no, sorry, six thousand") first gives the one they settled on
+/// ([`claims::restate`]). On a field of the [`FIGURE_TOPICS`], a quote about other figures only is
+/// dropped (and added to `displaced`): the buyer's limit for signing off purchases under a summary
+/// of their budget. When the quotes left do not name a claimed figure, the buyer's sentences that
+/// do, most first, are tried as in [`check_findings`] (on the field's topic, not about a twin), and
+/// the first that passes leads the evidence. When none does on a field of an amount
+/// ([`AMOUNT_TOPICS`]), the buyer's sentence that names another amount and is clearly on the
+/// field's topic (see [`clearly_about`]; not one the model quoted for the field, in `quoted`)
+/// becomes its evidence and its summary: "For this helpdesk project we have set aside twelve
+/// thousand dollars for the first year." for a budget the model summarised as the buyer's limit of
+/// thirty thousand dollars for signing off purchases. When none does, nothing the buyer said bears
+/// out the claim: an identified field of those topics steps down to partial, a partial one is
+/// `not_found` (its quotes displaced), and so is a field left without quotes. [`check_findings`]
+/// leaves a field of those topics whose summary claims a figure to this, quotes or none: "For this
+/// we have 40, 40, actually 45,000 dollars." backs "45,000 dollars is set aside for classroom
+/// training." when the model quoted a sentence about the training.
 pub(super) async fn hold_to_figures(
     sorter: &mut Sorter<'_>,
     kind: ProfileKind,
@@ -140,16 +138,16 @@ pub(super) async fn hold_to_figures(
     Ok(())
 }
 
-/// Settles identified against partial where a field's definition is a figure, by its kept
-/// quotes. A budget is an amount of money or a price range: one whose quotes name no amount is
-/// only hinted at ("We're a small company, so the price would have to be modest." is partial),
-/// and one whose quotes name the amount its summary claims is stated ("Our budget for a
-/// payroll system is eight thousand, no, sorry, six thousand pounds a year." under "The budget
-/// is six thousand pounds a year." is identified, though the model, put off by the
-/// correction, called it partial). A timeline is a date, deadline or event: one whose quotes name a date is stated ("Our
-/// printer lease runs out on the thirtieth of April." is identified). The model took its status
-/// from its worked example's loose "sometime after the summer" (partial) for most dated
-/// timelines of the labelled sales calls, and called identified budgets that gave no amount.
+/// Settles identified against partial where a field's definition is a figure, by its kept quotes. A
+/// budget is an amount of money or a price range: one whose quotes name no amount is only hinted at
+/// ("We're a small company, so the price would have to be modest." is partial), and one whose
+/// quotes name the amount its summary claims is stated ("Our budget for a payroll system is eight
+/// thousand, no, sorry, six thousand pounds a year." under "The budget is six thousand pounds a
+/// year." is identified, though the model, put off by the correction, called it partial). A
+/// timeline is a date, deadline or event: one whose quotes name a date is stated ("Our printer
+/// lease runs out on the thirtieth of April." is identified). The model took its status from its
+/// worked example's loose "sometime after the summer" (partial) for most dated timelines of the
+/// labelled sales calls, and called identified budgets that gave no amount.
 pub(in super::super) fn settle_stated(
     kind: ProfileKind,
     record: &mut Record,
