@@ -411,25 +411,39 @@ pub(super) async fn check_findings(
                 .any(|s| !given.contains(s) && shared(s) >= SUMMARISED);
         if kept.is_empty() || best < CLEAR_ON_TOPIC || unrelated {
             // No quote, only weak ones, or ones the summary does not speak of: a sentence the
-            // summary speaks of, if on the topic (clearly so in place of a quote).
+            // summary speaks of, if on the topic (clearly so in place of a quote, and no less
+            // than the quotes it replaces).
             let needed = if kept.is_empty() {
                 least
             } else {
-                CLEAR_ON_TOPIC
+                CLEAR_ON_TOPIC.max(best)
             };
+            // A weak quote the summary speaks of gives way to a sentence it speaks of less only
+            // when that one is likelier on the topic than off it: the model summarised what it
+            // quoted, and only the sort doubts it.
+            let spoken_of = kept.iter().map(|q| shared(q)).max().unwrap_or(0);
             let tries = closest(summary, wanted, buyer)
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
                 .filter(|s| !unrelated || shared(s) >= SUMMARISED)
                 .take(tries);
+            let mut replaced = false;
             for quote in tries {
                 // Whether the field is kept rests on whole sentences (but for the
                 // `BY_CLAUSE` topics); which sentence backs a kept one may rest on a clause.
                 let (p, elsewhere) = if kept.is_empty() {
                     let p = sorter.topic_odds(quote, at, by_clause).await?;
-                    (p, p >= needed && sorter.about_the_twin(quote, at).await?)
+                    let elsewhere = p >= needed
+                        && (sorter.about_the_twin(quote, at).await?
+                            || (!by_clause && sorter.says_who_decides(quote, at).await?));
+                    (p, elsewhere)
                 } else {
                     (sorter.on_topic(quote, at).await?, false)
+                };
+                let needed = if shared(quote) < spoken_of {
+                    needed.max(MOVED_ON_TOPIC)
+                } else {
+                    needed
                 };
                 tracing::debug!(?kind, field = %name, %status, quote, p, in_doubt, elsewhere, "sentence closest to the summary sorted");
                 if p >= needed && !elsewhere {
@@ -439,8 +453,18 @@ pub(super) async fn check_findings(
                         sorter.checked.replaced += 1;
                     }
                     kept = vec![quote.to_owned()];
+                    replaced = true;
                     break;
                 }
+            }
+            // Kept quotes on the topic that the summary does not speak of, while it speaks of
+            // a sentence off the topic: the summary is of the wrong sentence, and the quote
+            // says what the field is ("The owner has given me 1,500 pounds for booking
+            // software." over "Patients phone to book and we can't answer them all").
+            if unrelated && !replaced && !FIGURE_TOPICS.contains(&wanted) {
+                tracing::debug!(?kind, field = %name, %status, summary, quote = %kept[0], "a summary of another sentence restated from the quote");
+                field.summary = summary_of(&kept[0]);
+                sorter.checked.resummarised += 1;
             }
         }
         if kept.is_empty() && wanted == "problem" && !in_doubt {
@@ -640,6 +664,20 @@ impl Sorter<'_> {
             return Ok(false);
         }
         Ok(self.on_topic(quote, at).await? < CLEAR_ON_TOPIC)
+    }
+
+    /// Whether `quote`, sorted whole, is likelier about a decision than about topic `at`: a
+    /// statement of who decides is the authority's, and backs no other field the model did not
+    /// quote it for. On garbled speech such a statement often sounds like a problem ("I run the
+    /// marketing team at a hotel, and it's been over 10,000 euros and to be approved by our
+    /// managing director." got 0.32 for "problem" under 0.44 for "decision").
+    async fn says_who_decides(&mut self, quote: &str, at: usize) -> Result<bool, LlmError> {
+        let decision = TOPICS
+            .iter()
+            .position(|t| *t == "decision")
+            .expect("a known topic");
+        let odds = self.odds(quote).await?;
+        Ok(at != decision && odds[decision] > odds[at])
     }
 
     /// How likely `quote` is to be about topic `at`: sorted whole, or, when that leaves it
@@ -1168,6 +1206,106 @@ mod tests {
             check_given(&model, ProfileKind::Bant, &given(), &call, &["need"]).await;
         assert_eq!(typed.to_value()["need"], field("not_found", "", &[]));
         assert_eq!((checked.needs_found, checked.cleared), (0, 1));
+    }
+
+    /// A weak quote that the summary speaks of keeps the field before a sentence more on the
+    /// topic, but not clearly so, that the summary speaks of less: garbled, the buyer's
+    /// statement of who they are sorts as a problem more surely than the need the model
+    /// summarised and quoted.
+    #[tokio::test]
+    async fn a_weak_quote_its_summary_speaks_of_stays_before_a_sentence_it_speaks_of_less() {
+        const DIRECTOR: &str =
+            "Hi, I'm the training director for a bank, and I can't hire in contract of 200,000 dollars without the board.";
+        const TRAINING: &str =
+            "Our new staff needs six weeks of classroom training before they can work on their own, and we want to cut that in half.";
+        let call = format!("Agent: Hello.\nCustomer: {DIRECTOR}\nCustomer: {TRAINING}");
+        let model = Table {
+            topics: vec![(DIRECTOR, "problem", 0.48), (TRAINING, "problem", 0.26)],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let summary = "Classroom training needs to be cut in half.";
+        let mut record = serde_json::json!({"need": field("identified", summary, &[TRAINING])});
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["need"], field("identified", summary, &[TRAINING]));
+        assert_eq!(checked.replaced, 0);
+
+        // A summary that speaks of the director's sentence as much does take it.
+        let summary = "The training director needs a bank of training.";
+        let mut record = serde_json::json!({"need": field("identified", summary, &[TRAINING])});
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["need"], field("identified", summary, &[DIRECTOR]));
+        assert_eq!(checked.replaced, 1);
+    }
+
+    /// A quote clearly on its topic that the summary does not speak of gives way only to a
+    /// sentence at least as likely on the topic; kept, it becomes the summary, which spoke of
+    /// another sentence.
+    #[tokio::test]
+    async fn a_quote_surely_on_its_topic_stays_and_restates_a_summary_of_another_sentence() {
+        const LEAD: &str = "Hello, I'm the IT lead and the only one who decides on software here.";
+        const LAPTOP: &str =
+            "Last month a laptop died and we lost two weeks of design work because nobody had a backup.";
+        let call = format!("Agent: Hi.\nCustomer: {LEAD}\nCustomer: {LAPTOP}");
+        let summary = "The IT lead is the only one who decides on software.";
+        for (lead, kept) in [(0.4, LAPTOP), (0.95, LEAD)] {
+            let model = Table {
+                topics: vec![(LEAD, "problem", lead), (LAPTOP, "problem", 0.92)],
+                also: Vec::new(),
+                odds: true,
+                asked: Mutex::new(Vec::new()),
+            };
+            let mut record = serde_json::json!({"need": field("identified", summary, &[LAPTOP])});
+            let (checked, _) = bant(&model, &mut record, &call).await;
+            let restated = if kept == LAPTOP { LAPTOP } else { summary };
+            assert_eq!(
+                record["need"],
+                field("identified", restated, &[kept]),
+                "{lead}"
+            );
+            assert_eq!(
+                (checked.replaced, checked.resummarised),
+                (usize::from(kept == LEAD), usize::from(kept == LAPTOP)),
+                "{lead}"
+            );
+        }
+    }
+
+    /// A field without a quote is not given the buyer's statement of who decides, though it
+    /// is somewhat about the field's topic and its summary speaks of it: that is the
+    /// authority's. A need then gets the sentence clearly about a problem.
+    #[tokio::test]
+    async fn a_statement_of_who_decides_backs_no_need_the_model_did_not_quote_it_for() {
+        const HOTEL: &str =
+            "Hi, I run the marketing team at a hotel group, and anything over 10,000 euros has to be approved by our managing director.";
+        const FUNDS: &str = "We have about 15,000 euros available for a reporting tool this year.";
+        const COPY: &str =
+            "Right now we copy numbers from five different systems into slides by hand every Monday.";
+        let call = format!("Agent: Hello.\nCustomer: {HOTEL}\nCustomer: {FUNDS}\nCustomer: {COPY}");
+        for decision in [0.44, 0.2] {
+            let model = Table {
+                topics: vec![
+                    (HOTEL, "problem", 0.32),
+                    (FUNDS, "budget", 0.95),
+                    (COPY, "problem", 0.8),
+                ],
+                also: vec![(HOTEL, "decision", decision)],
+                odds: true,
+                asked: Mutex::new(Vec::new()),
+            };
+            let summary = "The hotel needs a reporting tool.";
+            let mut record = serde_json::json!({"need": field("identified", summary, &[FUNDS])});
+            let (checked, _) = bant(&model, &mut record, &call).await;
+            if decision > 0.32 {
+                // Its summary spoke of none of its words: the sentence is the summary.
+                assert_eq!(record["need"], field("identified", COPY, &[COPY]));
+                assert_eq!((checked.repaired, checked.needs_found), (0, 1));
+            } else {
+                assert_eq!(record["need"], field("identified", summary, &[HOTEL]));
+                assert_eq!((checked.repaired, checked.needs_found), (1, 0));
+            }
+        }
     }
 
     /// A budget is stated with an amount and a timeline with a date: the status follows what

@@ -41,6 +41,9 @@ pub struct Checked {
     /// Needs whose quotes, and the sentences closest to their summary, were all off the
     /// topic, given the buyer's sentence about a problem (see `stated_need`).
     pub needs_found: usize,
+    /// Fields whose kept quote their summary did not speak of (it spoke of a sentence off the
+    /// topic), given the quote as their summary.
+    pub resummarised: usize,
     /// Timelines called partial whose quotes name a date, so identified (see `settle_stated`).
     pub dated: usize,
     /// Budgets called identified whose quotes name no amount, so partial.
@@ -69,6 +72,7 @@ impl std::ops::AddAssign for Checked {
         self.moved += other.moved;
         self.restated += other.restated;
         self.needs_found += other.needs_found;
+        self.resummarised += other.resummarised;
         self.dated += other.dated;
         self.amountless += other.amountless;
         self.amounted += other.amounted;
