@@ -25,7 +25,7 @@ use callstream_actors::audio::decode::{decode, OUTPUT_RATE};
 use callstream_actors::transcript::{dialogue, speaker_label};
 use serde_json::Value;
 
-use super::labelled::{names_it, quoted_turn, read_calls, supports_claim, Call, Label};
+use super::labelled::{names_it, read_calls, supports_claim, Call, Label, Placed};
 
 /// Options of `bench analysis`.
 pub struct Options {
@@ -182,8 +182,10 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, call: &Call, expected: &[Label], analysis: &Analysis) {
+    /// Adds the `analysis` of `call`, read from `transcript`, held to the `expected` labels.
+    fn add(&mut self, call: &Call, transcript: &str, expected: &[Label], analysis: &Analysis) {
         let id = &call.id;
+        let said = Placed::new(transcript, &call.turns);
         self.quotes_given += analysis.quotes.given;
         self.quotes_verbatim += analysis.quotes.verbatim;
         self.quotes_aligned += analysis.quotes.aligned;
@@ -237,7 +239,7 @@ impl Tally {
                         .collect();
                     let row = self.supported.entry(field.clone()).or_default();
                     row.1 += 1;
-                    match supports_claim(summary, &evidence, turns, &others, &call.turns) {
+                    match supports_claim(summary, &evidence, turns, &others, &said) {
                         Ok(()) => row.0 += 1,
                         Err(why) => println!(
                             "    {id} {field}: evidence does not support the claim ({why}): {got}"
@@ -251,7 +253,7 @@ impl Tally {
                         .into_iter()
                         .flatten()
                         .filter_map(Value::as_str)
-                        .map(|q| quoted_turn(q, &call.turns))
+                        .map(|q| said.turn_of(q))
                         .collect();
                     if got_status == "identified"
                         && from.iter().flatten().any(|t| turns.contains(t))
@@ -487,11 +489,11 @@ fn quality(
         })?;
         if let Some(b) = b {
             times.push((ProfileKind::Bant, b.secs));
-            bant.add(call, &call.bant, &b.analysis);
+            bant.add(call, &transcript, &call.bant, &b.analysis);
         }
         if let Some(p) = p {
             times.push((ProfileKind::NeatP, p.secs));
-            neat_p.add(call, &call.neat_p, &p.analysis);
+            neat_p.add(call, &transcript, &call.neat_p, &p.analysis);
         }
     }
     let mean = |kind: ProfileKind| {
@@ -559,7 +561,7 @@ fn quality(
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         let c = t.checked;
         println!(
-            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}; a clause likelier on topic than its sentence {}; needs given the buyer's sentence about a problem {}; summaries of another sentence restated from the kept quote {}",
+            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}; a clause likelier on topic than its sentence {}; needs given the buyer's sentence about a problem {}; summaries restated from the kept quote (of another sentence, or claiming figures it does not name) {}",
             c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause, c.needs_found, c.resummarised
         );
         println!(

@@ -20,7 +20,7 @@ use callstream::llm::profiles::{
 use callstream::llm::Message;
 
 use super::bench_analysis::kept_transcript;
-use super::labelled::{quoted_turn, read_calls, Call};
+use super::labelled::{read_calls, Call, Placed};
 
 /// Options of `bench topics`.
 pub struct Options {
@@ -115,12 +115,13 @@ pub fn bench(config: &Config, options: &Options) -> anyhow::Result<()> {
             })?,
             None => call.written_dialogue(),
         };
+        let placed = Placed::new(&transcript, &call.turns);
         for sentence in buyer_sentences(&transcript, seller.as_deref()) {
             if sentence.split_whitespace().count() <= GREETING_WORDS {
                 greetings += 1;
                 continue;
             }
-            let Some(turn) = quoted_turn(&sentence, &call.turns) else {
+            let Some(turn) = placed.turn_of(&sentence) else {
                 unplaced += 1;
                 continue;
             };

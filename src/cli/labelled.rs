@@ -89,7 +89,6 @@ const QUOTE_FROM_TURN: f64 = 0.5;
 /// "s" ("our front desk ... incoming call at peak time" for "our front desks ... incoming calls
 /// at peak times").
 pub fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
-    let stems = |text: &str| -> Vec<String> { normalise(text).iter().map(|w| stem(w)).collect() };
     let words = stems(quote);
     if words.is_empty() {
         return None;
@@ -104,6 +103,157 @@ pub fn quoted_turn(quote: &str, turns: &[(bool, String)]) -> Option<usize> {
         (Some((i, _)), None) if best >= QUOTE_FROM_TURN => Some(i + 1),
         _ => None,
     }
+}
+
+/// A labelled call's turns as a transcript of its recording reads them: every word of the
+/// transcript with the turn (numbered from 1) it is the transcription of. The speech engine
+/// garbles words ("dogs get no more books" for "jobs get double booked"), joins two turns in
+/// one line and splits one in two, so a garbled quote may share too few words with any turn
+/// to be placed by [`quoted_turn`]; its place in the transcript still tells the turn. The
+/// transcript's sentences are placed in the turns in order, never before the sentence before
+/// it, so that the sum of the shares of their words found in their turns (in order, by
+/// [`stem`]) is the largest.
+pub struct Placed<'a> {
+    turns: &'a [(bool, String)],
+    /// The transcript's words, normalised and stemmed, each with its turn.
+    words: Vec<(String, usize)>,
+}
+
+impl<'a> Placed<'a> {
+    /// Places the sentences of `transcript` (`Speaker: text` lines) in `turns`.
+    pub fn new(transcript: &str, turns: &'a [(bool, String)]) -> Placed<'a> {
+        // Each sentence's words, and whether its speaker is the customer, if the line says.
+        let sentences: Vec<(Vec<String>, Option<bool>)> = transcript
+            .lines()
+            .flat_map(|line| {
+                let (customer, said) = match line.split_once(": ") {
+                    Some((who, said)) if !who.contains(['.', '?', '!']) => {
+                        (speaker_is_customer(who), said)
+                    }
+                    _ => (None, line),
+                };
+                sentences_of(said)
+                    .into_iter()
+                    .map(move |s| (stems(s), customer))
+            })
+            .filter(|(s, _)| !s.is_empty())
+            .collect();
+        let turn_words: Vec<Vec<String>> = turns.iter().map(|(_, t)| stems(t)).collect();
+        let share = |(s, customer): &(Vec<String>, Option<bool>), t: usize| {
+            let words = words_in_order(&turn_words[t], s) as f64 / s.len() as f64;
+            words
+                + if *customer == Some(turns[t].0) {
+                    SAME_SPEAKER
+                } else {
+                    0.0
+                }
+        };
+        let m = turns.len();
+        let mut placed = vec![0; sentences.len()];
+        if m > 0 && !sentences.is_empty() {
+            // best[i][j]: the largest sum of shares of sentences 0..=i with sentence i in turn
+            // j; from[i][j]: the turn of sentence i - 1 on that placement.
+            let mut best = vec![vec![0.0f64; m]; sentences.len()];
+            let mut from = vec![vec![0usize; m]; sentences.len()];
+            for (i, sentence) in sentences.iter().enumerate() {
+                // The best placement of the sentences before, with the last in turn j or
+                // before (the earlier turn of equals).
+                let (mut top, mut at) = (f64::NEG_INFINITY, 0);
+                for j in 0..m {
+                    let before = if i == 0 { 0.0 } else { best[i - 1][j] };
+                    if before > top {
+                        (top, at) = (before, j);
+                    }
+                    best[i][j] = top + share(sentence, j);
+                    from[i][j] = at;
+                }
+            }
+            let last = sentences.len() - 1;
+            let mut j = (0..m).fold(0, |b, j| if best[last][j] > best[last][b] { j } else { b });
+            for i in (0..sentences.len()).rev() {
+                placed[i] = j;
+                j = from[i][j];
+            }
+        }
+        let words = sentences
+            .into_iter()
+            .zip(placed)
+            .flat_map(|((s, _), t)| s.into_iter().map(move |w| (w, t + 1)))
+            .collect();
+        Placed { turns, words }
+    }
+
+    /// The turn `quote` comes from: where its words stand in the transcript, the turn most of
+    /// them were placed in (the earlier of equals); a quote not in the transcript word for word,
+    /// by [`quoted_turn`].
+    pub fn turn_of(&self, quote: &str) -> Option<usize> {
+        let wanted = stems(quote);
+        if wanted.is_empty() || wanted.len() > self.words.len() {
+            return quoted_turn(quote, self.turns);
+        }
+        let found = self
+            .words
+            .windows(wanted.len())
+            .find(|w| w.iter().map(|(s, _)| s).eq(wanted.iter()));
+        let Some(found) = found else {
+            return quoted_turn(quote, self.turns);
+        };
+        let mut counts: Vec<(usize, usize)> = Vec::new();
+        for (_, t) in found {
+            match counts.iter_mut().find(|(turn, _)| turn == t) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((*t, 1)),
+            }
+        }
+        counts
+            .iter()
+            .fold(None, |b: Option<(usize, usize)>, &(t, n)| match b {
+                Some((_, most)) if most >= n => b,
+                _ => Some((t, n)),
+            })
+            .map(|(t, _)| t)
+    }
+}
+
+/// What a sentence gains towards a turn whose speaker its line names (`Customer` or `Agent`,
+/// as the default channel roles label them): little, only enough to choose between turns that
+/// share as much of it, as a greeting or a word the seller repeats does.
+const SAME_SPEAKER: f64 = 0.05;
+
+/// Whether a transcript's speaker label is the customer's, if it is one the default channel
+/// roles give.
+fn speaker_is_customer(who: &str) -> Option<bool> {
+    match who.trim() {
+        "Customer" => Some(true),
+        "Agent" => Some(false),
+        _ => None,
+    }
+}
+
+/// The sentences of `text`: cut after a full stop, question or exclamation mark followed by
+/// a space.
+fn sentences_of(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    for (k, &(i, c)) in chars.iter().enumerate() {
+        let ends = matches!(c, '.' | '?' | '!')
+            && chars
+                .get(k + 1)
+                .is_some_and(|(_, next)| next.is_whitespace());
+        if ends {
+            out.push(text[start..i + 1].trim());
+            start = i + 1;
+        }
+    }
+    out.push(text[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// The normalised words of `text`, each by its [`stem`].
+fn stems(text: &str) -> Vec<String> {
+    normalise(text).iter().map(|w| stem(w)).collect()
 }
 
 /// A normalised word without the "s" or "es" of a plural or a verb's third person: "desks",
@@ -125,17 +275,17 @@ fn stem(word: &str) -> String {
 
 /// Whether the evidence of a field identified by the analysis supports its claim, on a call
 /// whose labels say which turns state the field (`turns`) and which state only other fields
-/// (`others`): a quote comes from one of the field's turns, none comes from another field's
-/// only, and the quotes bear out every figure the summary claims (amounts of money, other
+/// (`others`): a quote comes from one of the field's turns (as the transcript the analysis
+/// read is `said`), none comes from another field's only, and the quotes bear out every figure the summary claims (amounts of money, other
 /// amounts of 100 or more, months; [`bears_out`]). Else, why not.
 pub fn supports_claim(
     summary: &str,
     evidence: &[String],
     turns: &[usize],
     others: &[usize],
-    said: &[(bool, String)],
+    said: &Placed,
 ) -> Result<(), String> {
-    let from: Vec<Option<usize>> = evidence.iter().map(|q| quoted_turn(q, said)).collect();
+    let from: Vec<Option<usize>> = evidence.iter().map(|q| said.turn_of(q)).collect();
     if !from.iter().flatten().any(|t| turns.contains(t)) {
         return Err(format!(
             "no quote from turn {turns:?}, quotes from {from:?}"
@@ -254,6 +404,61 @@ mod tests {
         assert_eq!(quoted_turn("", &turns), None);
     }
 
+    /// A transcript that garbles words, joins two turns in one line and splits one in two:
+    /// each quote is placed by where it stands in the transcript.
+    #[test]
+    fn a_garbled_quote_is_placed_by_where_it_stands_in_the_transcript() {
+        let turns: Vec<(bool, String)> = [
+            (false, "Thank you for calling Fieldline, the field service app."),
+            (true, "Hi, we have twenty engineers visiting customers, and jobs get double booked because the office plans them on a whiteboard."),
+            (true, "Double bookings cost us about three thousand dollars a month in wasted visits."),
+            (false, "Our scheduler stops double bookings. When would you want to start?"),
+            (true, "We want it by March, no, wait, by the end of February, before our busy season."),
+            (true, "I'd need to talk to my partners before signing, though."),
+        ]
+        .iter()
+        .map(|(c, t)| (*c, (*t).to_owned()))
+        .collect();
+        let transcript = "Agent: Thank you for calling Field Line and the Field Permissar.\n\
+            Customer: Hi, we have 20 engineers living in customers and dogs get no more books because they don't have this plan anymore. No more looking cars cut about $3,000 a month in waste and with it.\n\
+            Agent: I will share your restocked double working.\n\
+            Agent: When will you want to start? When will you want to start?\n\
+            Customer: We want it by March, no, wait, by the end of February before our living even.\n\
+            Customer: I need to talk to my partners before tidings, no.";
+        let placed = Placed::new(transcript, &turns);
+        let engineers = "Hi, we have 20 engineers living in customers and dogs get no more books because they don't have this plan anymore.";
+        let waste = "No more looking cars cut about $3,000 a month in waste and with it.";
+        // Too garbled for the words alone.
+        assert_eq!(quoted_turn(engineers, &turns), None);
+        assert_eq!(placed.turn_of(engineers), Some(2));
+        assert_eq!(placed.turn_of(waste), Some(3));
+        assert_eq!(
+            placed.turn_of("I will share your restocked double working."),
+            Some(4)
+        );
+        assert_eq!(placed.turn_of("When will you want to start?"), Some(4));
+        assert_eq!(placed.turn_of("by the end of February"), Some(5));
+        assert_eq!(
+            placed.turn_of("I need to talk to my partners before tidings, no."),
+            Some(6)
+        );
+        // Across two sentences: the turn of most of its words.
+        assert_eq!(
+            placed.turn_of("this plan anymore. No more looking cars cut about $3,000 a month"),
+            Some(3)
+        );
+        // Not in the transcript: by its words.
+        assert_eq!(
+            placed.turn_of("Double bookings cost us about three thousand dollars a month."),
+            Some(3)
+        );
+        assert_eq!(placed.turn_of("The board meets in June."), None);
+        assert_eq!(
+            Placed::new("", &turns).turn_of("Hi, we have twenty engineers"),
+            Some(2)
+        );
+    }
+
     #[test]
     fn plurals_and_third_persons_are_stemmed_and_short_words_kept() {
         for (word, stemmed) in [
@@ -283,16 +488,26 @@ mod tests {
         .iter()
         .map(|t| (true, (*t).to_owned()))
         .collect();
+        let written: String = said
+            .iter()
+            .map(|(_, t)| format!("Customer: {t}\n"))
+            .collect();
+        let placed = Placed::new(&written, &said);
         let q = |i: usize| vec![said[i].1.clone()];
         let budget = "A budget of 6,000 pounds a year.";
-        assert_eq!(supports_claim(budget, &q(1), &[2], &[1, 3], &said), Ok(()));
+        assert_eq!(
+            supports_claim(budget, &q(1), &[2], &[1, 3], &placed),
+            Ok(())
+        );
         // The authority's sentence under the budget: from another field's turn, and it names
         // another amount.
-        assert!(supports_claim(budget, &q(0), &[2], &[1, 3], &said).is_err());
+        assert!(supports_claim(budget, &q(0), &[2], &[1, 3], &placed).is_err());
         // From the right turn, but the summary's figure is not in it.
-        assert!(supports_claim("A budget of 9,000 pounds.", &q(1), &[2], &[1, 3], &said).is_err());
+        assert!(
+            supports_claim("A budget of 9,000 pounds.", &q(1), &[2], &[1, 3], &placed).is_err()
+        );
         // No quote.
-        assert!(supports_claim(budget, &[], &[2], &[1, 3], &said).is_err());
+        assert!(supports_claim(budget, &[], &[2], &[1, 3], &placed).is_err());
         // The settled figure, against the one taken back.
         assert!(names_it(budget, "6000"));
         assert!(!names_it("A budget of 8,000 pounds a year.", "6000"));

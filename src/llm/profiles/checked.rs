@@ -41,8 +41,8 @@ pub struct Checked {
     /// Needs whose quotes, and the sentences closest to their summary, were all off the
     /// topic, given the buyer's sentence about a problem (see `stated_need`).
     pub needs_found: usize,
-    /// Fields whose kept quote their summary did not speak of (it spoke of a sentence off the
-    /// topic), given the quote as their summary.
+    /// Fields given their quote as their summary: their summary spoke of another sentence off
+    /// the topic, or claimed a figure the quotes do not name.
     pub resummarised: usize,
     /// Timelines called partial whose quotes name a date, so identified (see `settle_stated`).
     pub dated: usize,
