@@ -13,9 +13,10 @@
 //! A need the model did not doubt that is still without a quote then gets the buyer's
 //! sentence clearly about a problem, if one is: every sales call has a need, and on garbled
 //! speech the summary no longer shares words with it.
-//! A field left without quotes is `not_found`. A sentence tried in place of a weak quote is
-//! also sorted clause by clause (one sentence often says two things: who decides and how
-//! much they may spend), so that it can back either; whether a field is kept at all rests on
+//! A quote kept takes the place of a summary that claims figures it does not name, or that
+//! speaks of another sentence. A field left without quotes is `not_found`. A sentence tried
+//! in place of a weak quote is also sorted clause by clause (one sentence often says two
+//! things: who decides and how much they may spend), so that it can back either; whether a field is kept at all rests on
 //! whole sentences, but for who decides: a buyer says who they are at work in a clause that
 //! opens a sentence about something else, and that clause alone keeps the authority.
 //!
