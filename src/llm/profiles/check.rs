@@ -424,8 +424,12 @@ pub(super) async fn check_findings(
             // when that one is likelier on the topic than off it: the model summarised what it
             // quoted, and only the sort doubts it. Dropped quotes give way only to a sentence
             // the summary speaks of as much: a summary of an off-topic quote ("The office
-            // manager decides on equipment.") is off the topic with it.
+            // manager decides on equipment.") is off the topic with it. But for a need the
+            // model did not doubt: every sale has one, and its summary often joins the problem
+            // to the deadline quoted ("Training needs to be ready for the graduate intake in
+            // September.").
             let repairing = kept.is_empty();
+            let held = repairing && (wanted != "problem" || in_doubt);
             let spoken_of = if repairing { &given } else { &kept }
                 .iter()
                 .map(|q| shared(q))
@@ -435,7 +439,7 @@ pub(super) async fn check_findings(
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
                 .filter(|s| !unrelated || shared(s) >= SUMMARISED)
-                .filter(|s| !repairing || shared(s) >= spoken_of)
+                .filter(|s| !held || shared(s) >= spoken_of)
                 .take(tries);
             for quote in tries {
                 // Whether the field is kept rests on whole sentences (but for the
@@ -449,7 +453,7 @@ pub(super) async fn check_findings(
                 } else {
                     (sorter.on_topic(quote, at).await?, false)
                 };
-                let needed = if shared(quote) < spoken_of {
+                let needed = if !repairing && shared(quote) < spoken_of {
                     needed.max(MOVED_ON_TOPIC)
                 } else {
                     needed
@@ -1414,6 +1418,35 @@ mod tests {
                 field("identified", restated, &[PATIENTS]),
                 "{summary}"
             );
+        }
+    }
+
+    /// A need the model did not doubt whose summary joins the problem to the deadline it
+    /// quoted still takes the sentence about the problem; in doubt, it does not.
+    #[tokio::test]
+    async fn a_need_summarised_with_its_deadline_takes_the_problem_unless_in_doubt() {
+        const TRAINING: &str =
+            "Our new staff need six weeks of classroom training before they can work on their own.";
+        const INTAKE: &str = "It needs to be ready for the graduate intake in September.";
+        let call = format!("Agent: Hello.\nCustomer: {TRAINING}\nCustomer: {INTAKE}");
+        let model = Table {
+            topics: vec![(TRAINING, "problem", 0.24), (INTAKE, "timing", 0.9)],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let summary = "Training needs to be ready for the graduate intake in September.";
+        let record = serde_json::json!({"need": field("identified", summary, &[INTAKE])});
+        for in_doubt in [false, true] {
+            let doubted: &[&str] = if in_doubt { &["need"] } else { &[] };
+            let (typed, ..) = check_given(&model, ProfileKind::Bant, &record, &call, doubted).await;
+            let expected = if in_doubt {
+                field("not_found", "", &[])
+            } else {
+                // Its month is in no quote: the quote is the summary.
+                field("identified", TRAINING, &[TRAINING])
+            };
+            assert_eq!(typed.to_value()["need"], expected, "in doubt: {in_doubt}");
         }
     }
 
