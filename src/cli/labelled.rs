@@ -276,8 +276,9 @@ fn stem(word: &str) -> String {
 /// Whether the evidence of a field identified by the analysis supports its claim, on a call
 /// whose labels say which turns state the field (`turns`) and which state only other fields
 /// (`others`): a quote comes from one of the field's turns (as the transcript the analysis
-/// read is `said`), none comes from another field's only, and the quotes bear out every figure the summary claims (amounts of money, other
-/// amounts of 100 or more, months; [`bears_out`]). Else, why not.
+/// read is `said`), none comes from another field's only, and the quotes bear out every figure
+/// the summary claims (amounts of money, other amounts of 100 or more, months;
+/// [`bears_out`]). Else, why not.
 pub fn supports_claim(
     summary: &str,
     evidence: &[String],

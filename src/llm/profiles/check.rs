@@ -16,9 +16,10 @@
 //! A quote kept takes the place of a summary that claims figures it does not name, or that
 //! speaks of another sentence. A field left without quotes is `not_found`. A sentence tried
 //! in place of a weak quote is also sorted clause by clause (one sentence often says two
-//! things: who decides and how much they may spend), so that it can back either; whether a field is kept at all rests on
-//! whole sentences, but for who decides: a buyer says who they are at work in a clause that
-//! opens a sentence about something else, and that clause alone keeps the authority.
+//! things: who decides and how much they may spend), so that it can back either; whether a
+//! field is kept at all rests on whole sentences, but for who decides: a buyer says who they
+//! are at work in a clause that opens a sentence about something else, and that clause alone
+//! keeps the authority.
 //!
 //! Last, where a field's definition is a figure, its status follows its kept quotes: a
 //! budget without an amount is partial, a timeline that names a date identified.
@@ -470,19 +471,11 @@ pub(super) async fn check_findings(
                     break;
                 }
             }
-            // Kept quotes on the topic that the summary does not speak of, while it speaks of
-            // a sentence off the topic: the summary is of the wrong sentence, and the quote
-            // says what the field is ("The owner has given me 1,500 pounds for booking
-            // software." over "Patients phone to book and we can't answer them all").
-            if unrelated && !replaced && !FIGURE_TOPICS.contains(&wanted) {
-                tracing::debug!(?kind, field = %name, %status, summary, quote = %kept[0], "a summary of another sentence restated from the quote");
-                field.summary = summary_of(&kept[0]);
-                sorter.checked.resummarised += 1;
-            }
         }
         // A need left without a quote, or with only weak ones, takes the buyer's sentence
         // clearly about a problem.
         let weak = !kept.is_empty() && !replaced && best < CLEAR_ON_TOPIC;
+        let mut found_need = false;
         if (kept.is_empty() || weak) && wanted == "problem" && !in_doubt {
             if let Some(quote) = stated_need(&mut sorter, buyer, &given, at).await? {
                 tracing::debug!(?kind, field = %name, %status, quote, summary = %field.summary, "a need found among the buyer's sentences");
@@ -491,7 +484,17 @@ pub(super) async fn check_findings(
                 }
                 sorter.checked.needs_found += 1;
                 kept = vec![quote];
+                found_need = true;
             }
+        }
+        // Kept quotes on the topic that the summary does not speak of, while it speaks of a
+        // sentence off the topic: the summary is of the wrong sentence, and the quote says
+        // what the field is ("The owner has given me 1,500 pounds for booking software." over
+        // "Patients phone to book and we can't answer them all").
+        if unrelated && !replaced && !found_need && !FIGURE_TOPICS.contains(&wanted) {
+            tracing::debug!(?kind, field = %name, %status, summary = %field.summary, quote = %kept[0], "a summary of another sentence restated from the quote");
+            field.summary = summary_of(&kept[0]);
+            sorter.checked.resummarised += 1;
         }
         // A field whose topic is a figure and whose summary claims one is left to
         // `hold_to_figures`, which tries the buyer's sentences that name it.
@@ -1419,6 +1422,33 @@ mod tests {
                 "{summary}"
             );
         }
+    }
+
+    /// A weak need quote its summary does not speak of, replaced by the sentence about a
+    /// problem: the summary, which shares a word with that sentence, stays the model's.
+    #[tokio::test]
+    async fn a_need_found_in_place_of_an_unrelated_weak_quote_keeps_its_summary() {
+        const OWNER: &str =
+            "Our owner signs anything over two thousand pounds for booking software.";
+        const WEAK: &str = "It could be better.";
+        const PATIENTS: &str =
+            "Patients phone to book and we lose appointments, the software we have is slow.";
+        let call = format!("Agent: Hi.\nCustomer: {OWNER}\nCustomer: {WEAK}\nCustomer: {PATIENTS}");
+        let model = Table {
+            topics: vec![
+                (OWNER, "decision", 0.9),
+                (WEAK, "problem", 0.15),
+                (PATIENTS, "problem", 0.8),
+            ],
+            also: Vec::new(),
+            odds: true,
+            asked: Mutex::new(Vec::new()),
+        };
+        let summary = "The owner signs for booking software.";
+        let mut record = serde_json::json!({"need": field("identified", summary, &[WEAK])});
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["need"], field("identified", summary, &[PATIENTS]));
+        assert_eq!((checked.needs_found, checked.resummarised), (1, 0));
     }
 
     /// A need the model did not doubt whose summary joins the problem to the deadline it
