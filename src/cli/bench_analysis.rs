@@ -182,10 +182,10 @@ struct Tally {
 }
 
 impl Tally {
-    /// Adds the `analysis` of `call`, read from `transcript`, held to the `expected` labels.
-    fn add(&mut self, call: &Call, transcript: &str, expected: &[Label], analysis: &Analysis) {
+    /// Adds the `analysis` of `call`, whose transcript's sentences are placed in its turns as
+    /// `said`, held to the `expected` labels.
+    fn add(&mut self, call: &Call, said: &Placed, expected: &[Label], analysis: &Analysis) {
         let id = &call.id;
-        let said = Placed::new(transcript, &call.turns);
         self.quotes_given += analysis.quotes.given;
         self.quotes_verbatim += analysis.quotes.verbatim;
         self.quotes_aligned += analysis.quotes.aligned;
@@ -239,7 +239,7 @@ impl Tally {
                         .collect();
                     let row = self.supported.entry(field.clone()).or_default();
                     row.1 += 1;
-                    match supports_claim(summary, &evidence, turns, &others, &said) {
+                    match supports_claim(summary, &evidence, turns, &others, said) {
                         Ok(()) => row.0 += 1,
                         Err(why) => println!(
                             "    {id} {field}: evidence does not support the claim ({why}): {got}"
@@ -487,13 +487,14 @@ fn quality(
                 sales(&call.neat_p, ProfileKind::NeatP)
             )
         })?;
+        let said = Placed::new(&transcript, &call.turns);
         if let Some(b) = b {
             times.push((ProfileKind::Bant, b.secs));
-            bant.add(call, &transcript, &call.bant, &b.analysis);
+            bant.add(call, &said, &call.bant, &b.analysis);
         }
         if let Some(p) = p {
             times.push((ProfileKind::NeatP, p.secs));
-            neat_p.add(call, &transcript, &call.neat_p, &p.analysis);
+            neat_p.add(call, &said, &call.neat_p, &p.analysis);
         }
     }
     let mean = |kind: ProfileKind| {

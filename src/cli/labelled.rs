@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use callstream::llm::profiles::claims::{bears_out, figures, Figure};
+use callstream::llm::profiles::sentences;
 use callstream_actors::asr::wer::{normalise, words_in_order};
 use callstream_actors::transcript::dialogue;
 
@@ -132,7 +133,7 @@ impl<'a> Placed<'a> {
                     }
                     _ => (None, line),
                 };
-                sentences_of(said)
+                sentences(said)
                     .into_iter()
                     .map(move |s| (stems(s), customer))
             })
@@ -228,27 +229,6 @@ fn speaker_is_customer(who: &str) -> Option<bool> {
         "Agent" => Some(false),
         _ => None,
     }
-}
-
-/// The sentences of `text`: cut after a full stop, question or exclamation mark followed by
-/// a space.
-fn sentences_of(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    for (k, &(i, c)) in chars.iter().enumerate() {
-        let ends = matches!(c, '.' | '?' | '!')
-            && chars
-                .get(k + 1)
-                .is_some_and(|(_, next)| next.is_whitespace());
-        if ends {
-            out.push(text[start..i + 1].trim());
-            start = i + 1;
-        }
-    }
-    out.push(text[start..].trim());
-    out.retain(|s| !s.is_empty());
-    out
 }
 
 /// The normalised words of `text`, each by its [`stem`].

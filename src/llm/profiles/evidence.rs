@@ -105,7 +105,7 @@ pub(super) fn said_by(line: &str, seller: Option<&str>) -> bool {
 
 /// The sentences of `text`: each ends after a mark of [`SENTENCE_ENDS`] (with the
 /// [`CLOSERS`] after it) that white space follows, trimmed.
-pub(super) fn sentences(text: &str) -> Vec<&str> {
+pub fn sentences(text: &str) -> Vec<&str> {
     cut_after(text, &SENTENCE_ENDS)
 }
 

@@ -42,7 +42,7 @@ pub use catalogue::{
     ProfileKind,
 };
 pub use check::{conversation as check_conversation, field_topic, sort_after, Checked, TOPICS};
-pub use evidence::{buyer_sentences, verify_evidence};
+pub use evidence::{buyer_sentences, sentences, verify_evidence};
 pub use layout::{messages, warm_ups, Layout, FILE_LAYOUT, LIVE_LAYOUT};
 pub use record::Record;
 
