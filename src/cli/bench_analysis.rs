@@ -562,8 +562,8 @@ fn quality(
     for (name, t) in [("BANT", &bant), ("NEAT-P", &neat_p)] {
         let c = t.checked;
         println!(
-            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}; a clause likelier on topic than its sentence {}; needs given the buyer's sentence about a problem {}; summaries restated from the kept quote (of another sentence, or claiming figures it does not name) {}",
-            c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause, c.needs_found, c.resummarised
+            "{name:<6} evidence check quotes sorted {}, dropped as off topic {}; fields given a sentence closer to their summary {}, weak quotes replaced by one {}, left not_found {}; fields in doubt (reported only because not_found was held back, or summarised in a worked example's words) {}, kept {}; a clause likelier on topic than its sentence {}; needs given the buyer's sentence about a problem {}; summaries restated from the kept quote (of another sentence, or claiming figures it does not name) {}; quotes another field fits better dropped {}",
+            c.sorted, c.dropped, c.repaired, c.replaced, c.cleared, c.doubted, c.doubted_kept, c.by_clause, c.needs_found, c.resummarised, c.unshared
         );
         println!(
             "{name:<6} figures check  quotes about other figures than the summary's {}; fields given the sentence that names them {}, whose figures the buyer never said {}, fields of an amount given the buyer's sentence naming another one on the topic {}; dropped quotes moved to the field they are about {}; summaries' corrected figures restated {}; timelines a date made identified {}, budgets without an amount made partial {}, partial ones naming their amount identified {}",

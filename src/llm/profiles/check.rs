@@ -21,6 +21,9 @@
 //! are at work in a clause that opens a sentence about something else, and that clause alone
 //! keeps the authority.
 //!
+//! A sentence quoted for several fields stays with the one it backs best (see `shared`), and
+//! a sentence another field quotes takes no weak quote's place.
+//!
 //! Last, where a field's definition is a figure, its status follows its kept quotes: a
 //! budget without an amount is partial, a timeline that names a date identified.
 //!
@@ -44,6 +47,7 @@ use super::record::{Record, Status};
 use super::ProfileKind;
 
 mod figures;
+mod shared;
 use crate::llm::{Generation, LlmError, Message, Odds, PointOdds, Provider, Role, Sampling, Usage};
 pub(super) use figures::settle_stated;
 use figures::{hold_to_figures, FIGURE_TOPICS};
@@ -363,6 +367,19 @@ pub(super) async fn check_findings(
     let mut displaced: Vec<(&'static str, String)> = Vec::new();
     // The quotes the model gave each field.
     let mut quoted: HashMap<&'static str, Vec<String>> = HashMap::new();
+    // And all of them, with their field: a sentence another field quotes takes no weak quote's
+    // place (see `shared`).
+    // Each field's summary as the model wrote it.
+    let summaries: Vec<(&'static str, String)> = record
+        .criteria()
+        .into_iter()
+        .map(|(name, f)| (name, f.summary.clone()))
+        .collect();
+    let given_all: Vec<(&'static str, String)> = record
+        .criteria()
+        .into_iter()
+        .flat_map(|(name, f)| f.evidence.iter().map(move |q| (name, q.clone())))
+        .collect();
     for (name, field) in record.criteria_mut() {
         let status = field.status.as_str();
         if field.status == Status::NotFound {
@@ -411,6 +428,7 @@ pub(super) async fn check_findings(
             && buyer
                 .iter()
                 .any(|s| !given.contains(s) && shared(s) >= SUMMARISED);
+        let quoted_elsewhere = |s: &str| given_all.iter().any(|(n, q)| *n != name && q == s);
         let mut replaced = false;
         if kept.is_empty() || best < CLEAR_ON_TOPIC || unrelated {
             // No quote, only weak ones, or ones the summary does not speak of: a sentence the
@@ -439,6 +457,7 @@ pub(super) async fn check_findings(
             let tries = closest(summary, wanted, buyer)
                 .into_iter()
                 .filter(|s| !given.iter().any(|g| g == s))
+                .filter(|s| kept.is_empty() || !quoted_elsewhere(s))
                 .filter(|s| !unrelated || shared(s) >= SUMMARISED)
                 .filter(|s| !held || shared(s) >= spoken_of)
                 .take(tries);
@@ -477,7 +496,17 @@ pub(super) async fn check_findings(
         let weak = !kept.is_empty() && !replaced && best < CLEAR_ON_TOPIC;
         let mut found_need = false;
         if (kept.is_empty() || weak) && wanted == "problem" && !in_doubt {
-            if let Some(quote) = stated_need(&mut sorter, buyer, &given, at).await? {
+            // A weak need keeps its own quote before one another field has.
+            let mut passed = given.clone();
+            if weak {
+                passed.extend(
+                    given_all
+                        .iter()
+                        .filter(|(n, _)| *n != name)
+                        .map(|(_, q)| q.clone()),
+                );
+            }
+            if let Some(quote) = stated_need(&mut sorter, buyer, &passed, at).await? {
                 tracing::debug!(?kind, field = %name, %status, quote, summary = %field.summary, "a need found among the buyer's sentences");
                 if shared(&quote) == 0 {
                     field.summary = summary_of(&quote);
@@ -523,6 +552,13 @@ pub(super) async fn check_findings(
     }
     let buyer = buyer.get_or_insert_with(|| super::quotable(transcript, seller).0);
     hold_to_figures(&mut sorter, kind, record, buyer, &quoted, &mut displaced).await?;
+    let call = shared::Call {
+        kind,
+        buyer,
+        doubted,
+        summaries: &summaries,
+    };
+    shared::share_out(&mut sorter, record, &call).await?;
     let moved = move_displaced(&mut sorter, kind, record, displaced).await?;
     Ok((sorter.checked, moved))
 }
@@ -533,8 +569,9 @@ const NEED_TRIES: usize = 3;
 
 /// The buyer's sentence that states the need, for a need the model did not doubt whose quotes
 /// and the sentences closest to its summary were all off the topic (topic `at`, "problem"):
-/// of the buyer's sentences not `given` (of [`CLAUSE_WORDS`] words or more, when not sorted
-/// yet), the one [`clearly_about`] a problem, trying [`NEED_TRIES`]. Every sales call has a
+/// of the buyer's sentences not `given` (the field's quotes; for a weak need, every field's),
+/// of [`CLAUSE_WORDS`] words or more when not sorted yet, the one [`clearly_about`] a problem,
+/// trying [`NEED_TRIES`]. Every sales call has a
 /// need, and on garbled speech the model, sure of one, summarises it in words the sentence no
 /// longer has and quotes the line next to it: "We'd like to go live before the holiday even
 /// starts in November." for "Our agents answer the same emails again and again".
@@ -837,12 +874,10 @@ mod tests {
             ("Holiday requests are still on paper forms.", PAPER),
             ("The team wants a better way of working.", BOSS),
         ] {
-            let model = Table {
-                topics: vec![(BOSS, "problem", 0.8), (PAPER, "problem", 0.9)],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+            let model = Table::new(
+                vec![(BOSS, "problem", 0.8), (PAPER, "problem", 0.9)],
+                Vec::new(),
+            );
             let mut record = serde_json::json!({
                 "need": field("identified", summary, &[BOSS]),
             });
@@ -865,17 +900,15 @@ mod tests {
         const WEAK: &str = "It could be better.";
         let call = format!("Agent: Tell me more.\nCustomer: {WEAK}\nCustomer: {BOTH}");
         for own in [WEAK, BOTH] {
-            let model = Table {
-                topics: vec![
+            let model = Table::new(
+                vec![
                     (WEAK, "problem", 0.15),
                     (BOTH, "cost", 0.9),
                     ("Our records take ten hours a week,", "problem", 0.85),
                     ("which costs us 2,000 dollars a month.", "cost", 0.95),
                 ],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+                Vec::new(),
+            );
             let mut record = serde_json::json!({
                 "need": field("identified", "Records take hours.", &[own]),
                 "economic_impact": field("not_found", "", &[]),
@@ -914,16 +947,14 @@ mod tests {
         const OPENING: &str = "Hello, I'm the IT lead,";
         let call = format!("Agent: Tell me more.\nCustomer: {ROLE}");
         for in_doubt in [false, true] {
-            let model = Table {
-                topics: vec![
+            let model = Table::new(
+                vec![
                     (ROLE, "problem", 0.8),
                     (OPENING, "decision", 0.7),
                     ("and the backups keep failing on us.", "problem", 0.9),
                 ],
-                also: vec![(ROLE, "decision", 0.05)],
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+                vec![(ROLE, "decision", 0.05)],
+            );
             let mut record = serde_json::json!({
                 "budget": field("not_found", "", &[]),
                 "authority": field("identified", "The IT lead.", &[ROLE]),
@@ -962,8 +993,8 @@ mod tests {
             "Agent: Do you have a budget in mind?\nCustomer: {BUDGET}\nCustomer: {AUTH}\n\
              Customer: {LATER}\nCustomer: {SEPARATE}\nCustomer: {BOTH}"
         );
-        let model = Table {
-            topics: vec![
+        let model = Table::new(
+            vec![
                 (BUDGET, "budget", 0.55),
                 (SEPARATE, "budget", 0.7),
                 (AUTH, "budget", 0.6),
@@ -971,15 +1002,13 @@ mod tests {
                 (BOTH, "timing", 0.6),
                 (RANK, "ranking", 0.9),
             ],
-            also: vec![
+            vec![
                 (BUDGET, "cost", 0.12),
                 (SEPARATE, "cost", 0.15),
                 (AUTH, "decision", 0.12),
                 (BOTH, "ranking", 0.2),
             ],
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        );
         let answer = || {
             serde_json::json!({
                 "need": field("not_found", "", &[]),
@@ -1048,12 +1077,10 @@ mod tests {
         );
         // The model takes the sign-off limit for a budget, clearly enough to pass the topic
         // check, and not clearly enough for a decision to move it.
-        let model = Table {
-            topics: vec![(SIGN_OFF, "budget", 0.6), (SET_ASIDE, "budget", 0.9)],
-            also: vec![(SIGN_OFF, "decision", 0.3)],
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(SIGN_OFF, "budget", 0.6), (SET_ASIDE, "budget", 0.9)],
+            vec![(SIGN_OFF, "decision", 0.3)],
+        );
         let mut record = serde_json::json!({
             "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF]),
         });
@@ -1083,12 +1110,10 @@ mod tests {
         let call = format!("Customer: {SIGN_OFF}\nCustomer: {SOME_MONEY}");
         // The sign-off limit passes for a budget, not clearly enough to be one in place of the
         // summary's amount.
-        let model = Table {
-            topics: vec![(SIGN_OFF, "budget", 0.4), (SOME_MONEY, "budget", 0.8)],
-            also: vec![(SIGN_OFF, "decision", 0.3)],
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(SIGN_OFF, "budget", 0.4), (SOME_MONEY, "budget", 0.8)],
+            vec![(SIGN_OFF, "decision", 0.3)],
+        );
         let mut record = serde_json::json!({
             "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF, SOME_MONEY]),
         });
@@ -1130,12 +1155,10 @@ mod tests {
             (0.15, "identified", vec![FORTY_FIVE], 0),
             (0.05, "not_found", vec![], 1),
         ] {
-            let model = Table {
-                topics: vec![(TRAINING, "problem", 0.8), (FORTY_FIVE, "budget", p)],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+            let model = Table::new(
+                vec![(TRAINING, "problem", 0.8), (FORTY_FIVE, "budget", p)],
+                Vec::new(),
+            );
             let (typed, checked, _) =
                 check_given(&model, ProfileKind::Bant, &given, &call, &["budget"]).await;
             let summary = if evidence.is_empty() { "" } else { SUMMARY };
@@ -1162,12 +1185,10 @@ mod tests {
         const SUMMARY: &str = "30,000 dollars is approved for spending.";
         let call = format!("Customer: {LIMIT}\nCustomer: {TWELVE}");
         for (p, amounts_found) in [(0.8, 1), (0.4, 0)] {
-            let model = Table {
-                topics: vec![(LIMIT, "decision", 0.9), (TWELVE, "budget", p)],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+            let model = Table::new(
+                vec![(LIMIT, "decision", 0.9), (TWELVE, "budget", p)],
+                Vec::new(),
+            );
             let mut record = serde_json::json!({
                 "budget": field("identified", SUMMARY, &[LIMIT]),
             });
@@ -1191,12 +1212,7 @@ mod tests {
         const CORRECTED: &str =
             "Our budget for a payroll system is eight thousand, no, sorry, six thousand pounds a year.";
         let call = format!("Customer: {CORRECTED}");
-        let model = Table {
-            topics: vec![(CORRECTED, "budget", 0.9)],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(vec![(CORRECTED, "budget", 0.9)], Vec::new());
         for (summary, status, amounted) in [
             ("The budget is six thousand pounds a year.", "identified", 1),
             ("There is a budget for payroll.", "partial", 0),
@@ -1217,12 +1233,10 @@ mod tests {
         const EMAILS: &str = "Our agents answer the same emails again and again.";
         const HELLO: &str = "Hi, thanks for picking up so quickly.";
         let call = format!("Customer: {HELLO}\nCustomer: {EMAILS}\nCustomer: {LIVE}");
-        let model = Table {
-            topics: vec![(LIVE, "timing", 0.9), (EMAILS, "problem", 0.8)],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(LIVE, "timing", 0.9), (EMAILS, "problem", 0.8)],
+            Vec::new(),
+        );
         let given = || {
             serde_json::json!({
                 "need": field("identified", "The company wants to go live soon.", &[LIVE]),
@@ -1250,12 +1264,10 @@ mod tests {
         const TRAINING: &str =
             "Our new staff needs six weeks of classroom training before they can work on their own, and we want to cut that in half.";
         let call = format!("Agent: Hello.\nCustomer: {DIRECTOR}\nCustomer: {TRAINING}");
-        let model = Table {
-            topics: vec![(DIRECTOR, "problem", 0.48), (TRAINING, "problem", 0.26)],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(DIRECTOR, "problem", 0.48), (TRAINING, "problem", 0.26)],
+            Vec::new(),
+        );
         let summary = "Classroom training needs to be cut in half.";
         let mut record = serde_json::json!({"need": field("identified", summary, &[TRAINING])});
         let (checked, _) = bant(&model, &mut record, &call).await;
@@ -1281,12 +1293,10 @@ mod tests {
         let call = format!("Agent: Hi.\nCustomer: {LEAD}\nCustomer: {LAPTOP}");
         let summary = "The IT lead is the only one who decides on software.";
         for (lead, kept) in [(0.4, LAPTOP), (0.95, LEAD)] {
-            let model = Table {
-                topics: vec![(LEAD, "problem", lead), (LAPTOP, "problem", 0.92)],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+            let model = Table::new(
+                vec![(LEAD, "problem", lead), (LAPTOP, "problem", 0.92)],
+                Vec::new(),
+            );
             let mut record = serde_json::json!({"need": field("identified", summary, &[LAPTOP])});
             let (checked, _) = bant(&model, &mut record, &call).await;
             let restated = if kept == LAPTOP { LAPTOP } else { summary };
@@ -1315,16 +1325,14 @@ mod tests {
             "Right now we copy numbers from five different systems into slides by hand every Monday.";
         let call = format!("Agent: Hello.\nCustomer: {HOTEL}\nCustomer: {FUNDS}\nCustomer: {COPY}");
         for decision in [0.44, 0.2] {
-            let model = Table {
-                topics: vec![
+            let model = Table::new(
+                vec![
                     (HOTEL, "problem", 0.32),
                     (FUNDS, "budget", 0.95),
                     (COPY, "problem", 0.8),
                 ],
-                also: vec![(HOTEL, "decision", decision)],
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+                vec![(HOTEL, "decision", decision)],
+            );
             // A summary that speaks of the funds no more than of the director.
             let summary = "The hotel needs a better way of working.";
             let mut record = serde_json::json!({"need": field("identified", summary, &[FUNDS])});
@@ -1357,12 +1365,10 @@ mod tests {
                 Some(PAGES),
             ),
         ] {
-            let model = Table {
-                topics: vec![(OFFICE, "decision", 0.95), (PAGES, "cost", 0.2)],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+            let model = Table::new(
+                vec![(OFFICE, "decision", 0.95), (PAGES, "cost", 0.2)],
+                Vec::new(),
+            );
             let mut record = serde_json::json!({
                 "economic_impact": field("identified", summary, &[OFFICE]),
             });
@@ -1385,12 +1391,10 @@ mod tests {
         const PATIENTS: &str =
             "Patients phone to book and we can't answer them all, so we lose appointments every day.";
         let call = format!("Agent: Hello.\nCustomer: {OWNER}\nCustomer: {PATIENTS}");
-        let model = Table {
-            topics: vec![(OWNER, "budget", 0.8), (PATIENTS, "problem", 0.86)],
-            also: vec![(OWNER, "problem", 0.15)],
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(OWNER, "budget", 0.8), (PATIENTS, "problem", 0.86)],
+            vec![(OWNER, "problem", 0.15)],
+        );
         let summary = "The owner has given 1,500 pounds for booking software.";
         let mut record = serde_json::json!({"need": field("identified", summary, &[OWNER])});
         let (checked, _) = bant(&model, &mut record, &call).await;
@@ -1398,12 +1402,7 @@ mod tests {
         assert_eq!((checked.needs_found, checked.resummarised), (1, 0));
 
         // Kept, a quote that does not name the month its summary claims is the summary.
-        let model = Table {
-            topics: vec![(PATIENTS, "problem", 0.86)],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(vec![(PATIENTS, "problem", 0.86)], Vec::new());
         for (summary, restated) in [
             (
                 "Patients who phone must be answered by September.",
@@ -1434,16 +1433,14 @@ mod tests {
         const PATIENTS: &str =
             "Patients phone to book and we lose appointments, the software we have is slow.";
         let call = format!("Agent: Hi.\nCustomer: {OWNER}\nCustomer: {WEAK}\nCustomer: {PATIENTS}");
-        let model = Table {
-            topics: vec![
+        let model = Table::new(
+            vec![
                 (OWNER, "decision", 0.9),
                 (WEAK, "problem", 0.15),
                 (PATIENTS, "problem", 0.8),
             ],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+            Vec::new(),
+        );
         let summary = "The owner signs for booking software.";
         let mut record = serde_json::json!({"need": field("identified", summary, &[WEAK])});
         let (checked, _) = bant(&model, &mut record, &call).await;
@@ -1459,12 +1456,10 @@ mod tests {
             "Our new staff need six weeks of classroom training before they can work on their own.";
         const INTAKE: &str = "It needs to be ready for the graduate intake in September.";
         let call = format!("Agent: Hello.\nCustomer: {TRAINING}\nCustomer: {INTAKE}");
-        let model = Table {
-            topics: vec![(TRAINING, "problem", 0.24), (INTAKE, "timing", 0.9)],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(TRAINING, "problem", 0.24), (INTAKE, "timing", 0.9)],
+            Vec::new(),
+        );
         let summary = "Training needs to be ready for the graduate intake in September.";
         let record = serde_json::json!({"need": field("identified", summary, &[INTAKE])});
         for in_doubt in [false, true] {
@@ -1488,16 +1483,14 @@ mod tests {
         const LEASE: &str = "Our printer lease runs out on the thirtieth of April.";
         const LATER: &str = "Probably sometime after the summer.";
         let call = format!("Customer: {MODEST}\nCustomer: {LEASE}\nCustomer: {LATER}");
-        let model = Table {
-            topics: vec![
+        let model = Table::new(
+            vec![
                 (MODEST, "budget", 0.8),
                 (LEASE, "timing", 0.8),
                 (LATER, "timing", 0.8),
             ],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+            Vec::new(),
+        );
         let mut record = serde_json::json!({
             "budget": field("identified", "The price must be modest.", &[MODEST]),
             "timeline": field("partial", "The lease ends on 30 April.", &[LEASE]),
@@ -1513,12 +1506,10 @@ mod tests {
             "timeline": field("partial", "After the summer.", &[LATER]),
         });
         let call = format!("Customer: {SET_ASIDE}\nCustomer: {LATER}");
-        let model = Table {
-            topics: vec![(SET_ASIDE, "budget", 0.8), (LATER, "timing", 0.8)],
-            also: Vec::new(),
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(SET_ASIDE, "budget", 0.8), (LATER, "timing", 0.8)],
+            Vec::new(),
+        );
         let checked = stated(&model, &mut record, &call).await;
         assert_eq!(record["budget"]["status"], "identified");
         assert_eq!(record["timeline"]["status"], "partial");
@@ -1530,12 +1521,10 @@ mod tests {
     #[tokio::test]
     async fn a_sign_off_limit_quoted_for_the_budget_backs_the_authority() {
         let call = format!("Customer: {SIGN_OFF}\nCustomer: {SET_ASIDE}");
-        let model = Table {
-            topics: vec![(SIGN_OFF, "decision", 0.7), (SET_ASIDE, "budget", 0.9)],
-            also: vec![(SIGN_OFF, "budget", 0.25)],
-            odds: true,
-            asked: Mutex::new(Vec::new()),
-        };
+        let model = Table::new(
+            vec![(SIGN_OFF, "decision", 0.7), (SET_ASIDE, "budget", 0.9)],
+            vec![(SIGN_OFF, "budget", 0.25)],
+        );
         let mut record = serde_json::json!({
             "budget": field("identified", BUDGET_SUMMARY, &[SIGN_OFF]),
             "need": field("identified", "A tool.", &[SET_ASIDE]),
@@ -1570,6 +1559,139 @@ mod tests {
         let authority = &typed.to_value()["authority"];
         assert_eq!(authority["status"], "partial");
         assert_eq!(authority["confidence"], 0.7);
+    }
+
+    /// An authority's summary that speaks of the buyer's role, not of the sentence quoted.
+    const WHO_APPROVES: &str = "The operations director approves the budget.";
+
+    /// One sentence quoted for the budget and the authority, as likely about either, stays
+    /// with the budget whose amount it names; the authority takes the sentence its summary
+    /// speaks of. A sentence with a clause of each field's own keeps backing both.
+    #[tokio::test]
+    async fn a_sentence_two_fields_quote_stays_with_the_one_it_backs_best() {
+        const DIRECTOR: &str = "I'm the operations director at a logistics firm.";
+        const APPROVED: &str = "We approve forty thousand dollars for this project.";
+        let call = format!("Customer: {DIRECTOR}\nCustomer: {APPROVED}");
+        let model = Table::new(
+            vec![(DIRECTOR, "decision", 0.8), (APPROVED, "decision", 0.45)],
+            vec![(APPROVED, "budget", 0.44)],
+        );
+        let budget = "40,000 dollars approved for the project.";
+        let mut record = serde_json::json!({
+            "budget": field("identified", budget, &[APPROVED]),
+            "authority": field("identified", WHO_APPROVES, &[APPROVED]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["budget"], field("identified", budget, &[APPROVED]));
+        assert_eq!(
+            record["authority"]["evidence"],
+            serde_json::json!([DIRECTOR])
+        );
+        assert_eq!((checked.unshared, checked.repaired), (1, 1));
+
+        const BOTH: &str = "The board has agreed to spend up to two hundred thousand dollars, \
+                            and the final say is with our chief executive.";
+        const SAY: &str = "and the final say is with our chief executive.";
+        let call = format!("Customer: {BOTH}");
+        let model = Table::new(
+            vec![(BOTH, "budget", 0.6), (SAY, "decision", 0.8)],
+            vec![(BOTH, "decision", 0.35)],
+        );
+        let budget = "Up to 200,000 dollars agreed by the board.";
+        let mut record = serde_json::json!({
+            "budget": field("identified", budget, &[BOTH]),
+            "authority": field("identified", "The chief executive has the final say.", &[BOTH]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["budget"]["evidence"], serde_json::json!([BOTH]));
+        assert_eq!(record["authority"]["evidence"], serde_json::json!([BOTH]));
+        assert_eq!(checked.unshared, 0);
+    }
+
+    /// A field that looks again may take a sentence another field quotes, which is settled in
+    /// turn: the authority that gave the budget its sentence takes the statement of who
+    /// decides a need had, and the need, whose summary the model wrote of another sentence
+    /// (the check restated it from its quote), takes that one back with its own summary.
+    #[tokio::test]
+    async fn a_sentence_taken_in_place_of_a_shared_one_is_settled_in_turn() {
+        const DIRECTOR: &str =
+            "I'm the operations director, and I purchase up to fifty thousand dollars.";
+        const APPROVED: &str = "We approve forty thousand dollars for this project.";
+        const SHIFTS: &str = "Our shift planning mistakes cost overtime every single week.";
+        let call = format!("Customer: {DIRECTOR}\nCustomer: {SHIFTS}\nCustomer: {APPROVED}");
+        let model = Table::new(
+            vec![
+                (DIRECTOR, "problem", 0.55),
+                (APPROVED, "decision", 0.45),
+                (SHIFTS, "problem", 0.25),
+            ],
+            vec![(DIRECTOR, "decision", 0.35), (APPROVED, "budget", 0.44)],
+        );
+        let need = "Shift planning mistakes cost overtime.";
+        let mut record = serde_json::json!({
+            "budget": field("identified", "40,000 dollars approved.", &[APPROVED]),
+            "authority": field("identified", WHO_APPROVES, &[APPROVED]),
+            "need": field("identified", need, &[DIRECTOR]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["budget"]["evidence"], serde_json::json!([APPROVED]));
+        assert_eq!(
+            record["authority"]["evidence"],
+            serde_json::json!([DIRECTOR])
+        );
+        assert_eq!(record["need"], field("identified", need, &[SHIFTS]));
+        assert_eq!((checked.unshared, checked.repaired), (2, 2));
+    }
+
+    /// A problem and what it costs are said in one clause: both fields keep the sentence. A
+    /// field that loses a shared sentence and finds no other on its topic is not found.
+    #[tokio::test]
+    async fn a_problem_and_its_cost_share_a_sentence_and_a_field_left_bare_is_not_found() {
+        const LOSS: &str =
+            "We lose twenty thousand dollars a month in overtime because of mistakes.";
+        const DATE: &str = "It must be live before April.";
+        let call = format!("Customer: {LOSS}\nCustomer: {DATE}");
+        let model = Table::new(
+            vec![(LOSS, "cost", 0.6), (DATE, "timing", 0.9)],
+            vec![(LOSS, "problem", 0.3), (LOSS, "ranking", 0.12)],
+        );
+        let mut record = serde_json::json!({
+            "need": field("identified", "Mistakes in overtime.", &[LOSS]),
+            "economic_impact": field("identified", "20,000 dollars a month lost.", &[LOSS]),
+            "priority": field("partial", "Losses in overtime matter.", &[LOSS]),
+        });
+        let checked = neat_p(&model, &mut record, &call, &[false; 5]).await;
+        assert_eq!(record["need"]["evidence"], serde_json::json!([LOSS]));
+        assert_eq!(
+            record["economic_impact"]["evidence"],
+            serde_json::json!([LOSS])
+        );
+        // The priority's only quote backs the economic impact better, and the one other
+        // sentence is no ranking.
+        assert_eq!(record["priority"], field("not_found", "", &[]));
+        assert_eq!((checked.unshared, checked.cleared), (1, 1));
+    }
+
+    /// A weak quote its summary speaks of does not give way to a sentence another field
+    /// quotes, however likely on the topic: the timeline's deadline is no need.
+    #[tokio::test]
+    async fn a_weak_quote_does_not_give_way_to_a_sentence_another_field_quotes() {
+        const TRAINING: &str = "New staff need six weeks of classroom training, we want it halved.";
+        const READY: &str = "It needs to be ready for the graduate intake.";
+        let call = format!("Customer: {TRAINING}\nCustomer: {READY}");
+        let model = Table::new(
+            vec![(TRAINING, "problem", 0.19), (READY, "problem", 0.55)],
+            vec![(READY, "timing", 0.4)],
+        );
+        let need = "Classroom training needs to be cut in half.";
+        let mut record = serde_json::json!({
+            "need": field("identified", need, &[TRAINING]),
+            "timeline": field("identified", "Ready for the graduate intake.", &[READY]),
+        });
+        let (checked, _) = bant(&model, &mut record, &call).await;
+        assert_eq!(record["need"], field("identified", need, &[TRAINING]));
+        assert_eq!(record["timeline"]["evidence"], serde_json::json!([READY]));
+        assert_eq!((checked.replaced, checked.needs_found), (0, 0));
     }
 
     #[test]
@@ -1656,6 +1778,21 @@ mod tests {
         asked: Mutex<Vec<String>>,
     }
 
+    impl Table {
+        /// A table that tells its odds.
+        fn new(
+            topics: Vec<(&'static str, &'static str, f32)>,
+            also: Vec<(&'static str, &'static str, f32)>,
+        ) -> Self {
+            Table {
+                topics,
+                also,
+                odds: true,
+                asked: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
     #[async_trait::async_trait]
     impl Provider for Table {
         async fn generate(&self, g: Generation, _: Deltas) -> Result<Completion, LlmError> {
@@ -1719,15 +1856,16 @@ mod tests {
 
     async fn checked(odds: bool) -> (Value, Checked, Vec<String>) {
         let model = Table {
-            topics: vec![
-                ("Our vans keep getting lost.", "problem", 0.88),
-                ("We have about eight thousand pounds.", "budget", 0.88),
-                ("We need it before June.", "timing", 0.88),
-                ("This is our top priority this year.", "ranking", 0.88),
-            ],
-            also: Vec::new(),
             odds,
-            asked: Mutex::new(Vec::new()),
+            ..Table::new(
+                vec![
+                    ("Our vans keep getting lost.", "problem", 0.88),
+                    ("We have about eight thousand pounds.", "budget", 0.88),
+                    ("We need it before June.", "timing", 0.88),
+                    ("This is our top priority this year.", "ranking", 0.88),
+                ],
+                Vec::new(),
+            )
         };
         let mut record = serde_json::json!({
             "need": field("identified", "Vans get lost.", &["Our vans keep getting lost."]),
@@ -1831,17 +1969,15 @@ mod tests {
             })
         };
         for pushed in [false, true] {
-            let model = Table {
-                topics: vec![
+            let model = Table::new(
+                vec![
                     ("I decide.", "decision", 0.88),
                     ("Lost parcels cost us a little.", "cost", 0.15),
                     ("Lost parcels annoy our drivers.", "problem", 0.88),
                     ("Those parcels come to ten thousand a year.", "cost", 0.88),
                 ],
-                also: Vec::new(),
-                odds: true,
-                asked: Mutex::new(Vec::new()),
-            };
+                Vec::new(),
+            );
             let mut record = answer();
             let checked = neat_p(
                 &model,

@@ -51,6 +51,9 @@ pub struct Checked {
     /// Budgets called partial whose quotes name the amount their summary claims, so
     /// identified.
     pub amounted: usize,
+    /// Quotes dropped from a field because another field quoting the same sentence fits it
+    /// better.
+    pub unshared: usize,
     /// Tokens the check spent (also counted in the analysis's usage).
     pub usage: Usage,
 }
@@ -76,6 +79,7 @@ impl std::ops::AddAssign for Checked {
         self.dated += other.dated;
         self.amountless += other.amountless;
         self.amounted += other.amounted;
+        self.unshared += other.unshared;
         self.usage += other.usage;
     }
 }
