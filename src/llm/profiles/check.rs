@@ -365,20 +365,18 @@ pub(super) async fn check_findings(
     let mut buyer: Option<Vec<String>> = None;
     // Quotes dropped from a field, with the field: they may back another.
     let mut displaced: Vec<(&'static str, String)> = Vec::new();
-    // The quotes the model gave each field.
-    let mut quoted: HashMap<&'static str, Vec<String>> = HashMap::new();
-    // And all of them, with their field: a sentence another field quotes takes no weak quote's
-    // place (see `shared`).
-    // Each field's summary as the model wrote it.
+    // The quotes the model gave each field: a sentence another field quotes takes no weak
+    // quote's place.
+    let quoted: HashMap<&'static str, Vec<String>> = record
+        .criteria()
+        .into_iter()
+        .map(|(name, f)| (name, f.evidence.clone()))
+        .collect();
+    // Each field's summary as the model wrote it (see `shared`).
     let summaries: Vec<(&'static str, String)> = record
         .criteria()
         .into_iter()
         .map(|(name, f)| (name, f.summary.clone()))
-        .collect();
-    let given_all: Vec<(&'static str, String)> = record
-        .criteria()
-        .into_iter()
-        .flat_map(|(name, f)| f.evidence.iter().map(move |q| (name, q.clone())))
         .collect();
     for (name, field) in record.criteria_mut() {
         let status = field.status.as_str();
@@ -400,7 +398,6 @@ pub(super) async fn check_findings(
             .position(|t| *t == wanted)
             .expect("a known topic");
         let given = std::mem::take(&mut field.evidence);
-        quoted.insert(name, given.clone());
         let mut kept = Vec::new();
         // The kept quotes' best probability of the field's topic.
         let mut best = 0.0f32;
@@ -428,7 +425,8 @@ pub(super) async fn check_findings(
             && buyer
                 .iter()
                 .any(|s| !given.contains(s) && shared(s) >= SUMMARISED);
-        let quoted_elsewhere = |s: &str| given_all.iter().any(|(n, q)| *n != name && q == s);
+        let elsewhere = || quoted.iter().filter(move |(n, _)| **n != name);
+        let quoted_elsewhere = |s: &str| elsewhere().any(|(_, q)| q.iter().any(|q| q == s));
         let mut replaced = false;
         if kept.is_empty() || best < CLEAR_ON_TOPIC || unrelated {
             // No quote, only weak ones, or ones the summary does not speak of: a sentence the
@@ -465,11 +463,7 @@ pub(super) async fn check_findings(
                 // Whether the field is kept rests on whole sentences (but for the
                 // `BY_CLAUSE` topics); which sentence backs a kept one may rest on a clause.
                 let (p, elsewhere) = if kept.is_empty() {
-                    let p = sorter.topic_odds(quote, at, by_clause).await?;
-                    let elsewhere = p >= needed
-                        && (sorter.about_the_twin(quote, at).await?
-                            || (!by_clause && sorter.says_who_decides(quote, at).await?));
-                    (p, elsewhere)
+                    sorter.in_place(quote, at, needed).await?
                 } else {
                     (sorter.on_topic(quote, at).await?, false)
                 };
@@ -499,12 +493,7 @@ pub(super) async fn check_findings(
             // A weak need keeps its own quote before one another field has.
             let mut passed = given.clone();
             if weak {
-                passed.extend(
-                    given_all
-                        .iter()
-                        .filter(|(n, _)| *n != name)
-                        .map(|(_, q)| q.clone()),
-                );
+                passed.extend(elsewhere().flat_map(|(_, q)| q.iter().cloned()));
             }
             if let Some(quote) = stated_need(&mut sorter, buyer, &passed, at).await? {
                 tracing::debug!(?kind, field = %name, %status, quote, summary = %field.summary, "a need found among the buyer's sentences");
@@ -571,10 +560,10 @@ const NEED_TRIES: usize = 3;
 /// and the sentences closest to its summary were all off the topic (topic `at`, "problem"):
 /// of the buyer's sentences not `given` (the field's quotes; for a weak need, every field's),
 /// of [`CLAUSE_WORDS`] words or more when not sorted yet, the one [`clearly_about`] a problem,
-/// trying [`NEED_TRIES`]. Every sales call has a
-/// need, and on garbled speech the model, sure of one, summarises it in words the sentence no
-/// longer has and quotes the line next to it: "We'd like to go live before the holiday even
-/// starts in November." for "Our agents answer the same emails again and again".
+/// trying [`NEED_TRIES`]. Every sales call has a need, and on garbled speech the model, sure of
+/// one, summarises it in words the sentence no longer has and quotes the line next to it:
+/// "We'd like to go live before the holiday even starts in November." for "Our agents answer
+/// the same emails again and again".
 async fn stated_need(
     sorter: &mut Sorter<'_>,
     buyer: &[String],
@@ -719,6 +708,24 @@ impl Sorter<'_> {
         } else {
             Ok(self.odds(quote).await?[at])
         }
+    }
+
+    /// How likely `quote` is about topic `at` (by [`Sorter::topic_odds`]) as the evidence of a
+    /// field left without quotes, and, when at least `least`, whether it is about something
+    /// else instead: one of the [`twins`] of the topic, or, but for the [`BY_CLAUSE`] topics,
+    /// a decision (see [`Sorter::says_who_decides`]).
+    async fn in_place(
+        &mut self,
+        quote: &str,
+        at: usize,
+        least: f32,
+    ) -> Result<(f32, bool), LlmError> {
+        let by_clause = BY_CLAUSE.contains(&TOPICS[at]);
+        let p = self.topic_odds(quote, at, by_clause).await?;
+        let elsewhere = p >= least
+            && (self.about_the_twin(quote, at).await?
+                || (!by_clause && self.says_who_decides(quote, at).await?));
+        Ok((p, elsewhere))
     }
 
     /// Whether `quote` is about one of the [`twins`] of topic `at` rather than `at`: below

@@ -215,7 +215,6 @@ async fn settle(
         } else {
             (ON_TOPIC, REPAIR_TRIES)
         };
-        let by_clause = BY_CLAUSE.contains(&TOPICS[at]);
         // The sentences closest to what the model wrote: a summary the check restated was of
         // the sentence given up.
         let candidates: Vec<&str> = closest(&said, TOPICS[at], buyer)
@@ -224,10 +223,7 @@ async fn settle(
             .take(tries)
             .collect();
         for candidate in candidates {
-            let p = sorter.topic_odds(candidate, at, by_clause).await?;
-            let elsewhere = p >= least
-                && (sorter.about_the_twin(candidate, at).await?
-                    || (!by_clause && sorter.says_who_decides(candidate, at).await?));
+            let (p, elsewhere) = sorter.in_place(candidate, at, least).await?;
             tracing::debug!(?kind, field = %name, candidate, p, elsewhere, "a sentence closest to the summary sorted in place of a shared one");
             if p >= least && !elsewhere {
                 field.evidence = vec![candidate.to_owned()];
